@@ -1,0 +1,635 @@
+//! Coverage computed from a mapping and counters, as llvm-cov computes it.
+//!
+//! [`Coverage::new`] joins each function's mapping with its counters (from
+//! any [`CounterSource`]: a merged set of raw profiles, or live memory) into
+//! counted regions, applying llvm-cov's rules for hash mismatches, unused
+//! functions and duplicate records. The queries below (per file, per
+//! function, per expansion; segments and line statistics) follow
+//! `CoverageMapping.cpp` of LLVM 22 step by step, because LCOV numbers are
+//! only identical to llvm-cov's when every tie is broken the same way.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::mapping::{Counter, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
+use crate::profile::Lookup;
+
+/// Where counter values come from. The mapping refers to a function by the
+/// MD5 of its name and its structural hash.
+pub trait CounterSource {
+    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_>;
+}
+
+impl CounterSource for crate::profile::Counters {
+    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
+        crate::profile::Counters::lookup(self, name_ref, hash)
+    }
+}
+
+/// A region with its evaluated counts.
+#[derive(Debug, Clone, Copy)]
+pub struct CountedRegion {
+    pub region: Region,
+    pub count: u64,
+    pub false_count: u64,
+    /// A branch side whose counter is the constant zero (folded away).
+    pub true_folded: bool,
+    pub false_folded: bool,
+}
+
+impl CountedRegion {
+    fn start(&self) -> (u32, u32) {
+        self.region.start()
+    }
+    fn end(&self) -> (u32, u32) {
+        self.region.end()
+    }
+    fn kind(&self) -> RegionKind {
+        self.region.kind
+    }
+}
+
+/// One function with counts, as llvm-cov's `FunctionRecord`.
+#[derive(Debug, Clone)]
+pub struct FunctionRecord {
+    /// The name without a leading `\x01` or the prefix of its own file name.
+    pub name: String,
+    pub filenames: Vec<FileName>,
+    /// Non-branch regions, in mapping order.
+    pub regions: Vec<CountedRegion>,
+    pub branches: Vec<CountedRegion>,
+    /// The count of the function's first region.
+    pub execution_count: u64,
+}
+
+/// A point where the count changes, as llvm-cov's `CoverageSegment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub line: u32,
+    pub col: u32,
+    pub count: u64,
+    pub has_count: bool,
+    pub is_region_entry: bool,
+    pub is_gap: bool,
+}
+
+/// An expansion region of a function: the macro or include it expands to.
+#[derive(Debug, Clone, Copy)]
+pub struct Expansion {
+    pub function: usize,
+    /// The expansion region itself (its `expanded_file_id` is the file).
+    pub region: CountedRegion,
+}
+
+/// Segments, expansions and branches of one file, function or expansion.
+#[derive(Debug, Default)]
+pub struct CoverageData {
+    pub segments: Vec<Segment>,
+    pub expansions: Vec<Expansion>,
+    pub branches: Vec<CountedRegion>,
+}
+
+/// Line coverage of one source line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineStats {
+    pub line: u32,
+    pub count: u64,
+    pub mapped: bool,
+}
+
+/// Functions with counts, and the per-file index llvm-cov keeps.
+#[derive(Debug)]
+pub struct Coverage<'m> {
+    pub mapping: &'m CoverageMapping,
+    pub functions: Vec<FunctionRecord>,
+    /// Functions whose structural hash differs from the profile's: dropped.
+    pub mismatched: Vec<(String, u64)>,
+    by_file: HashMap<FileName, Vec<usize>>,
+}
+
+impl<'m> Coverage<'m> {
+    pub fn new(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
+        let mut coverage = Coverage {
+            mapping,
+            functions: Vec::new(),
+            mismatched: Vec::new(),
+            by_file: HashMap::new(),
+        };
+        let mut provenance: HashSet<(Vec<FileName>, String)> = HashSet::new();
+        for f in &mapping.functions {
+            let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
+                Lookup::Found { counters, .. } => counters,
+                Lookup::HashMismatch => {
+                    coverage.mismatched.push((f.name.clone(), f.hash));
+                    continue;
+                }
+                // Never ran (or not in this profile): every counter is zero.
+                Lookup::Unknown => &[],
+            };
+            let Some(first) = f.regions.first() else { continue };
+            // A zero-region stub from a unit where the function is unused,
+            // while another unit's record carries the real counts.
+            if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
+                continue;
+            }
+            let Some(record) = count_regions(f.name_without_prefix(mapping), f, counts) else {
+                continue;
+            };
+            if !provenance.insert((f.filenames.clone(), record.name.clone())) {
+                continue;
+            }
+            let index = coverage.functions.len();
+            for &file in &record.filenames {
+                let indices = coverage.by_file.entry(file).or_default();
+                if indices.last() != Some(&index) {
+                    indices.push(index);
+                }
+            }
+            coverage.functions.push(record);
+        }
+        coverage
+    }
+
+    /// Every file any loaded function refers to, sorted by name.
+    pub fn source_files(&self) -> Vec<FileName> {
+        let mut files: Vec<FileName> =
+            self.functions.iter().flat_map(|f| f.filenames.iter().copied()).collect();
+        files.sort_unstable();
+        files.dedup();
+        files.sort_by(|a, b| self.mapping.file_name(*a).cmp(self.mapping.file_name(*b)));
+        files
+    }
+
+    fn functions_touching(&self, file: FileName) -> &[usize] {
+        self.by_file.get(&file).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// Functions defined in `file` (their first file), in load order.
+    pub fn functions_in(&self, file: FileName) -> impl Iterator<Item = &FunctionRecord> {
+        self.functions.iter().filter(move |f| f.filenames.first() == Some(&file))
+    }
+
+    /// Coverage of every region of every function that maps into `file`.
+    pub fn for_file(&self, file: FileName) -> CoverageData {
+        let mut data = CoverageData::default();
+        let mut regions = Vec::new();
+        for &index in self.functions_touching(file) {
+            let f = &self.functions[index];
+            let main = main_file_id(f).filter(|&m| f.filenames[m as usize] == file);
+            let in_file = |r: &CountedRegion| f.filenames.get(r.region.file_id as usize) == Some(&file);
+            for r in f.regions.iter().filter(|r| in_file(r)) {
+                regions.push(*r);
+                if main.is_some_and(|m| is_expansion_in(r, m)) {
+                    data.expansions.push(Expansion { function: index, region: *r });
+                }
+            }
+            data.branches.extend(f.branches.iter().filter(|r| in_file(r)).copied());
+        }
+        data.segments = build_segments(regions);
+        data
+    }
+
+    /// Coverage of a function's own file (macro expansions excluded).
+    pub fn for_function(&self, index: usize) -> CoverageData {
+        let f = &self.functions[index];
+        let Some(main) = main_file_id(f) else {
+            return CoverageData::default();
+        };
+        self.for_file_id(index, main)
+    }
+
+    /// Coverage of what an expansion region expands to.
+    pub fn for_expansion(&self, expansion: &Expansion) -> CoverageData {
+        self.for_file_id(expansion.function, expansion.region.region.expanded_file_id)
+    }
+
+    fn for_file_id(&self, index: usize, file_id: u32) -> CoverageData {
+        let f = &self.functions[index];
+        let mut data = CoverageData::default();
+        let mut regions = Vec::new();
+        for r in f.regions.iter().filter(|r| r.region.file_id == file_id) {
+            regions.push(*r);
+            if is_expansion_in(r, file_id) {
+                data.expansions.push(Expansion { function: index, region: *r });
+            }
+        }
+        data.branches.extend(f.branches.iter().filter(|r| r.region.file_id == file_id).copied());
+        data.segments = build_segments(regions);
+        data
+    }
+
+    /// Functions of `file` grouped by where their body starts: the
+    /// instantiations of one generic function form one group.
+    pub fn instantiation_groups(&self, file: FileName) -> Vec<Vec<usize>> {
+        let mut groups: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+        for &index in self.functions_touching(file) {
+            let f = &self.functions[index];
+            let Some(main) = main_file_id(f) else { continue };
+            if f.filenames[main as usize] != file {
+                continue;
+            }
+            if let Some(first) = f.regions.iter().find(|r| r.region.file_id == main) {
+                groups.entry(first.start()).or_default().push(index);
+            }
+        }
+        groups.into_values().collect()
+    }
+}
+
+impl crate::mapping::FunctionMapping {
+    /// The name llvm-cov shows: without the `\x01` marker and without the
+    /// `file:` prefix clang gives local symbols, when the prefix is exactly
+    /// the function's first file name.
+    fn name_without_prefix(&self, mapping: &CoverageMapping) -> String {
+        let name = self.name.strip_prefix('\u{1}').unwrap_or(&self.name);
+        if let Some(&file) = self.filenames.first() {
+            let file = mapping.file_name(file);
+            if let Some(rest) = name.strip_prefix(file) {
+                return rest.get(1..).unwrap_or("").to_owned();
+            }
+        }
+        name.to_owned()
+    }
+}
+
+/// The file id of a function's own body: the first one no expansion
+/// region expands to.
+fn main_file_id(f: &FunctionRecord) -> Option<u32> {
+    let mut expanded = vec![false; f.filenames.len()];
+    for r in &f.regions {
+        if r.kind() == RegionKind::Expansion {
+            if let Some(slot) = expanded.get_mut(r.region.expanded_file_id as usize) {
+                *slot = true;
+            }
+        }
+    }
+    expanded.iter().position(|e| !e).map(|i| i as u32)
+}
+
+fn is_expansion_in(r: &CountedRegion, file_id: u32) -> bool {
+    r.kind() == RegionKind::Expansion && r.region.file_id == file_id
+}
+
+/// Evaluates counter expressions of one function, memoized, in i64 as LLVM
+/// does (a negative result later reads as a huge unsigned count).
+struct Evaluator<'a> {
+    expressions: &'a [Expression],
+    counts: &'a [u64],
+    /// Counts of a function the profile does not know are all zero, and
+    /// no counter id is out of range.
+    all_zero: bool,
+    memo: Vec<Memo>,
+}
+
+#[derive(Clone, Copy)]
+enum Memo {
+    Unknown,
+    InProgress,
+    Done(Option<i64>),
+}
+
+impl<'a> Evaluator<'a> {
+    fn new(expressions: &'a [Expression], counts: &'a [u64], all_zero: bool) -> Self {
+        Evaluator { expressions, counts, all_zero, memo: vec![Memo::Unknown; expressions.len()] }
+    }
+
+    /// `None` when a counter id is out of range (or expressions form a
+    /// cycle, which only malformed input can): llvm-cov then drops the
+    /// function without a word.
+    fn eval(&mut self, c: Counter) -> Option<i64> {
+        match c {
+            Counter::Zero => Some(0),
+            Counter::Counter(id) => {
+                if self.all_zero {
+                    Some(0)
+                } else {
+                    self.counts.get(id as usize).map(|&v| v as i64)
+                }
+            }
+            Counter::Expression(id) => {
+                let id = id as usize;
+                match *self.memo.get(id)? {
+                    Memo::Done(v) => return v,
+                    Memo::InProgress => return None,
+                    Memo::Unknown => {}
+                }
+                self.memo[id] = Memo::InProgress;
+                let e = self.expressions[id];
+                let value = (|| {
+                    let lhs = self.eval(e.lhs)?;
+                    let rhs = self.eval(e.rhs)?;
+                    Some(match e.kind {
+                        ExpressionKind::Add => lhs.wrapping_add(rhs),
+                        ExpressionKind::Subtract => lhs.wrapping_sub(rhs),
+                    })
+                })();
+                self.memo[id] = Memo::Done(value);
+                value
+            }
+        }
+    }
+}
+
+fn count_regions(name: String, f: &crate::mapping::FunctionMapping, counts: &[u64]) -> Option<FunctionRecord> {
+    let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
+    let mut record = FunctionRecord {
+        name,
+        filenames: f.filenames.clone(),
+        regions: Vec::new(),
+        branches: Vec::new(),
+        execution_count: 0,
+    };
+    for r in &f.regions {
+        if r.kind == RegionKind::McdcDecision {
+            continue;
+        }
+        let counted = CountedRegion {
+            region: *r,
+            count: eval.eval(r.count)? as u64,
+            false_count: eval.eval(r.false_count)? as u64,
+            true_folded: r.count == Counter::Zero,
+            false_folded: r.false_count == Counter::Zero,
+        };
+        if r.is_branch() {
+            record.branches.push(counted);
+        } else {
+            if record.regions.is_empty() {
+                record.execution_count = counted.count;
+            }
+            record.regions.push(counted);
+        }
+    }
+    Some(record)
+}
+
+/// Turns nested regions of one file into a sorted list of segments, exactly
+/// as llvm-cov's `SegmentBuilder`.
+pub fn build_segments(mut regions: Vec<CountedRegion>) -> Vec<Segment> {
+    // Outer regions first; among equal extents code before expansion before
+    // skipped, so the right region becomes active when they are combined.
+    regions.sort_by(|a, b| {
+        a.start()
+            .cmp(&b.start())
+            .then_with(|| b.end().cmp(&a.end()))
+            .then_with(|| a.kind().cmp(&b.kind()))
+    });
+    let regions = combine_regions(regions);
+    let mut builder = SegmentBuilder { regions: &regions, segments: Vec::new(), active: Vec::new() };
+    builder.build();
+    builder.segments
+}
+
+/// Regions with the same extent become one; counts of the same kind as the
+/// first add up (a macro expanded in a macro must not count twice).
+fn combine_regions(regions: Vec<CountedRegion>) -> Vec<CountedRegion> {
+    let mut out: Vec<CountedRegion> = Vec::with_capacity(regions.len());
+    for r in regions {
+        match out.last_mut() {
+            Some(active) if active.start() == r.start() && active.end() == r.end() => {
+                if active.kind() == r.kind() {
+                    active.count = active.count.wrapping_add(r.count);
+                }
+            }
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+struct SegmentBuilder<'a> {
+    regions: &'a [CountedRegion],
+    segments: Vec<Segment>,
+    /// Indices into `regions` of the regions still open, outermost first.
+    active: Vec<usize>,
+}
+
+impl SegmentBuilder<'_> {
+    fn start_segment(&mut self, region: usize, at: (u32, u32), is_region_entry: bool, emit_skipped: bool) {
+        let r = &self.regions[region];
+        let has_count = !emit_skipped && r.kind() != RegionKind::Skipped;
+        if !is_region_entry && !emit_skipped {
+            if let Some(last) = self.segments.last() {
+                if last.has_count == has_count && last.count == r.count && !last.is_region_entry {
+                    return;
+                }
+            }
+        }
+        self.segments.push(if has_count {
+            Segment {
+                line: at.0,
+                col: at.1,
+                count: r.count,
+                has_count: true,
+                is_region_entry,
+                is_gap: r.kind() == RegionKind::Gap,
+            }
+        } else {
+            Segment { line: at.0, col: at.1, count: 0, has_count: false, is_region_entry, is_gap: false }
+        });
+    }
+
+    /// Emits the segments where active regions from `first_completed` on
+    /// end, before `next` (the start of the next region; `None` at the end).
+    fn complete_regions_until(&mut self, next: Option<(u32, u32)>, first_completed: usize) {
+        let regions = self.regions;
+        let end = |i: usize| regions[i].end();
+        self.active[first_completed..].sort_by_key(|&i| end(i));
+
+        for i in first_completed + 1..self.active.len() {
+            let mut completed = self.active[i];
+            let segment_at = end(self.active[i - 1]);
+            if next == Some(segment_at) {
+                break;
+            }
+            if segment_at == end(completed) {
+                continue;
+            }
+            // Use the count of the last completed region ending here.
+            for &later in &self.active[i + 1..] {
+                if end(completed) == end(later) {
+                    completed = later;
+                }
+            }
+            self.start_segment(completed, segment_at, false, false);
+        }
+
+        let last = *self.active.last().expect("called with active regions");
+        if first_completed > 0 && Some(end(last)) != next {
+            // The enclosing region's count resumes after the completed ones.
+            self.start_segment(self.active[first_completed - 1], end(last), false, false);
+        } else if first_completed == 0 && next != Some(end(last)) {
+            // Nothing is active any more: mark the gap between functions.
+            self.start_segment(last, end(last), false, true);
+        }
+        self.active.truncate(first_completed);
+    }
+
+    fn build(&mut self) {
+        let regions = self.regions;
+        for (index, region) in regions.iter().enumerate() {
+            let start = region.start();
+            // Active regions that end before this one starts are completed,
+            // keeping the others (and the completed ones) in order.
+            let (still_active, completed): (Vec<usize>, Vec<usize>) =
+                self.active.iter().partition(|&&i| !(regions[i].end() <= start));
+            if !completed.is_empty() {
+                let first_completed = still_active.len();
+                self.active = still_active;
+                self.active.extend(completed);
+                self.complete_regions_until(Some(start), first_completed);
+            }
+
+            let is_gap = region.kind() == RegionKind::Gap;
+            if start == region.end() {
+                // An empty region never becomes active: the last region, or a
+                // skipped one, leaves a skipped segment; otherwise it takes
+                // its predecessor's count.
+                let skipped = index + 1 == regions.len() || region.kind() == RegionKind::Skipped;
+                let source = self.active.last().copied().unwrap_or(index);
+                self.start_segment(source, start, !is_gap, skipped);
+                if skipped {
+                    if let Some(&last) = self.active.last() {
+                        self.start_segment(last, start, false, false);
+                    }
+                }
+                continue;
+            }
+            if index + 1 == regions.len() || start != regions[index + 1].start() {
+                self.start_segment(index, start, !is_gap, false);
+            }
+            self.active.push(index);
+        }
+        if !self.active.is_empty() {
+            self.complete_regions_until(None, 0);
+        }
+    }
+}
+
+/// Line statistics for every line from 1 to the last segment's line, as
+/// llvm-cov's `LineCoverageIterator`. Lines after a run of unmapped lines
+/// with no segments are skipped over rather than visited one by one.
+pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats)) {
+    let mut wrapped: Option<&Segment> = None;
+    let mut next = 0;
+    let mut line: u32 = 1;
+    let mut on_line: Vec<&Segment> = Vec::new();
+    while next < segments.len() {
+        if let Some(&last) = on_line.last() {
+            wrapped = Some(last);
+        }
+        on_line.clear();
+        // Segments before `line` only occur in malformed input; taking them
+        // here keeps the walk finite.
+        while next < segments.len() && segments[next].line <= line {
+            on_line.push(&segments[next]);
+            next += 1;
+        }
+        if on_line.is_empty() && !wrapped.is_some_and(|w| w.has_count) {
+            // Unmapped until the next segment's line.
+            line = segments[next].line;
+            continue;
+        }
+        visit(stats_for_line(&on_line, wrapped, line));
+        line = match line.checked_add(1) {
+            Some(l) => l,
+            None => break,
+        };
+    }
+}
+
+fn stats_for_line(on_line: &[&Segment], wrapped: Option<&Segment>, line: u32) -> LineStats {
+    let starts_region = |s: &Segment| !s.is_gap && s.has_count && s.is_region_entry;
+    let region_starts = on_line.iter().filter(|s| starts_region(s)).count();
+    let starts_skipped = on_line.first().is_some_and(|s| !s.has_count && s.is_region_entry);
+    let mut mapped = !starts_skipped && (wrapped.is_some_and(|w| w.has_count) || region_starts > 0);
+    mapped |= on_line.iter().any(|s| s.is_region_entry && s.has_count);
+    if !mapped {
+        return LineStats { line, count: 0, mapped: false };
+    }
+    let mut count = wrapped.map_or(0, |w| w.count);
+    if region_starts > 0 {
+        for s in on_line.iter().filter(|s| starts_region(s)) {
+            count = count.max(s.count);
+        }
+    }
+    LineStats { line, count, mapped: true }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(kind: RegionKind, start: (u32, u32), end: (u32, u32), count: u64) -> CountedRegion {
+        CountedRegion {
+            region: Region {
+                kind,
+                count: Counter::Counter(0),
+                false_count: Counter::Zero,
+                file_id: 0,
+                expanded_file_id: 0,
+                line_start: start.0,
+                column_start: start.1,
+                line_end: end.0,
+                column_end: end.1,
+            },
+            count,
+            false_count: 0,
+            true_folded: false,
+            false_folded: true,
+        }
+    }
+
+    fn lines(segments: &[Segment]) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        line_stats(segments, |s| {
+            if s.mapped {
+                out.push((s.line, s.count))
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn nested_region_and_gap() {
+        // fn f() {            line 1, count 5
+        //   if x {            line 2, body count 2 (lines 2..4)
+        //   }
+        // }                   line 5
+        let segments = build_segments(vec![
+            region(RegionKind::Code, (1, 10), (5, 2), 5),
+            region(RegionKind::Code, (2, 10), (4, 6), 2),
+        ]);
+        assert_eq!(
+            segments.iter().map(|s| (s.line, s.col, s.count, s.has_count, s.is_region_entry)).collect::<Vec<_>>(),
+            vec![(1, 10, 5, true, true), (2, 10, 2, true, true), (4, 6, 5, true, false), (5, 2, 0, false, false)]
+        );
+        // Line 4 is wrapped by the inner region (the closing segment at 4:6
+        // is no region entry), so it reads 2, as llvm-cov reports it.
+        assert_eq!(lines(&segments), vec![(1, 5), (2, 5), (3, 2), (4, 2), (5, 5)]);
+    }
+
+    #[test]
+    fn skipped_region_unmaps_its_lines() {
+        let segments = build_segments(vec![
+            region(RegionKind::Code, (1, 1), (10, 2), 1),
+            region(RegionKind::Skipped, (3, 1), (6, 1), 0),
+        ]);
+        // Line 6 starts inside the skipped region and has no region entry.
+        assert_eq!(lines(&segments), vec![(1, 1), (2, 1), (7, 1), (8, 1), (9, 1), (10, 1)]);
+    }
+
+    #[test]
+    fn same_extent_regions_of_one_kind_add_up() {
+        let segments = build_segments(vec![
+            region(RegionKind::Code, (1, 1), (2, 1), 3),
+            region(RegionKind::Code, (1, 1), (2, 1), 4),
+            region(RegionKind::Expansion, (1, 1), (2, 1), 100),
+        ]);
+        assert_eq!(segments[0].count, 7);
+    }
+
+    #[test]
+    fn unsorted_segments_do_not_hang() {
+        let seg = |line, count| Segment { line, col: 1, count, has_count: true, is_region_entry: true, is_gap: false };
+        assert_eq!(lines(&[seg(5, 1), seg(2, 3)]), vec![(5, 3)]);
+    }
+}

@@ -1,0 +1,274 @@
+//! LCOV output, record for record as `llvm-cov export -format=lcov` (LLVM 22).
+//!
+//! Per file: `SF`, `FN`/`FNDA` per function record, `FNF`/`FNH` per
+//! instantiation group, `DA` from the file's segments, `BRDA` from branch
+//! regions (nested through macro expansions, instantiations summed),
+//! `BRF`/`BRH`, then `LF`/`LH`, which llvm-cov takes from per-function
+//! summaries rather than from the `DA` lines (see `docs/formats.md`).
+
+use std::fmt::Write as _;
+
+use regex::Regex;
+
+use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData};
+use crate::mapping::FileName;
+
+/// What to include, named after llvm-cov's options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Files whose name matches any of these are left out
+    /// (`-ignore-filename-regex`, an unanchored search).
+    pub ignore_filename_regex: Vec<Regex>,
+    /// Function names as the compiler wrote them (`--no-demangle`).
+    pub no_demangle: bool,
+    pub skip_functions: bool,
+    pub skip_branches: bool,
+    pub summary_only: bool,
+    /// Written as `TN:` before each record when set.
+    pub test_name: Option<String>,
+}
+
+/// Counts of one function (or an instantiation group, or a file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Summary {
+    lines: u64,
+    lines_hit: u64,
+    branches: u64,
+    branches_hit: u64,
+}
+
+impl Summary {
+    fn add(&mut self, other: Summary) {
+        self.lines += other.lines;
+        self.lines_hit += other.lines_hit;
+        self.branches += other.branches;
+        self.branches_hit += other.branches_hit;
+    }
+
+    /// Instantiations of one group merge by taking the largest numbers.
+    fn merge_max(&mut self, other: Summary) {
+        self.lines = self.lines.max(other.lines);
+        self.lines_hit = self.lines_hit.max(other.lines_hit);
+        self.branches = self.branches.max(other.branches);
+        self.branches_hit = self.branches_hit.max(other.branches_hit);
+    }
+
+    fn add_branches(&mut self, branches: &[CountedRegion]) {
+        for b in branches {
+            if !b.true_folded {
+                self.branches += 1;
+                self.branches_hit += u64::from(b.count > 0);
+            }
+            if !b.false_folded {
+                self.branches += 1;
+                self.branches_hit += u64::from(b.false_count > 0);
+            }
+        }
+    }
+}
+
+/// Writes the LCOV report of `coverage`.
+pub fn write(coverage: &Coverage<'_>, options: &Options) -> String {
+    let mut out = String::new();
+    for file in coverage.source_files() {
+        let name = coverage.mapping.file_name(file);
+        if options.ignore_filename_regex.iter().any(|re| re.is_match(name)) {
+            continue;
+        }
+        write_file(&mut out, coverage, file, options);
+    }
+    out
+}
+
+fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options: &Options) {
+    if let Some(test) = &options.test_name {
+        let _ = writeln!(out, "TN:{test}");
+    }
+    let _ = writeln!(out, "SF:{}", coverage.mapping.file_name(file));
+    if !options.summary_only && !options.skip_functions {
+        for f in coverage.functions_in(file) {
+            let line = f.regions.first().map_or(0, |r| r.region.line_start);
+            let _ = writeln!(out, "FN:{line},{}", display_name(&f.name, options.no_demangle));
+        }
+        for f in coverage.functions_in(file) {
+            let _ = writeln!(out, "FNDA:{},{}", f.execution_count, display_name(&f.name, options.no_demangle));
+        }
+    }
+
+    let (summary, functions, functions_hit) = file_summary(coverage, file);
+    let _ = writeln!(out, "FNF:{functions}\nFNH:{functions_hit}");
+
+    if !options.summary_only {
+        let data = coverage.for_file(file);
+        line_stats(&data.segments, |s| {
+            if s.mapped {
+                let _ = writeln!(out, "DA:{},{}", s.line, s.count);
+            }
+        });
+        if !options.skip_branches {
+            write_branches(out, coverage, &data);
+        }
+    }
+    if !options.skip_branches {
+        let _ = writeln!(out, "BRF:{}\nBRH:{}", summary.branches, summary.branches_hit);
+    }
+    let _ = writeln!(out, "LF:{}\nLH:{}\nend_of_record", summary.lines, summary.lines_hit);
+}
+
+/// The file's line and branch totals, its number of functions (groups) and
+/// of functions executed.
+fn file_summary(coverage: &Coverage<'_>, file: FileName) -> (Summary, u64, u64) {
+    let mut total = Summary::default();
+    let (mut functions, mut hit) = (0, 0);
+    for group in coverage.instantiation_groups(file) {
+        let mut group_summary: Option<Summary> = None;
+        let mut executions = 0u64;
+        for &index in &group {
+            let s = function_summary(coverage, index);
+            executions = executions.wrapping_add(coverage.functions[index].execution_count);
+            match &mut group_summary {
+                None => group_summary = Some(s),
+                Some(g) => g.merge_max(s),
+            }
+        }
+        if let Some(g) = group_summary {
+            total.add(g);
+            functions += 1;
+            hit += u64::from(executions > 0);
+        }
+    }
+    (total, functions, hit)
+}
+
+fn function_summary(coverage: &Coverage<'_>, index: usize) -> Summary {
+    let data = coverage.for_function(index);
+    let mut s = Summary::default();
+    line_stats(&data.segments, |l| {
+        if l.mapped {
+            s.lines += 1;
+            s.lines_hit += u64::from(l.count > 0);
+        }
+    });
+    s.add_branches(&data.branches);
+    add_expansion_branches(coverage, &data, &mut s);
+    s
+}
+
+fn add_expansion_branches(coverage: &Coverage<'_>, data: &CoverageData, s: &mut Summary) {
+    for e in &data.expansions {
+        let inner = coverage.for_expansion(e);
+        s.add_branches(&inner.branches);
+        add_expansion_branches(coverage, &inner, s);
+    }
+}
+
+/// A branch with the chain of expansion starts that leads to it: its own
+/// start for a branch in the file itself.
+struct NestedBranch {
+    region: CountedRegion,
+    path: Vec<(u32, u32)>,
+    position: usize,
+    ignore: bool,
+}
+
+fn is_unfolded(b: &CountedRegion) -> bool {
+    !b.true_folded || !b.false_folded
+}
+
+fn collect_nested_branches(
+    coverage: &Coverage<'_>,
+    data: &CoverageData,
+    path: &mut Vec<(u32, u32)>,
+    position: &mut usize,
+    out: &mut Vec<NestedBranch>,
+) {
+    for e in &data.expansions {
+        let inner = coverage.for_expansion(e);
+        path.push(e.region.region.start());
+        collect_nested_branches(coverage, &inner, path, position, out);
+        for b in &inner.branches {
+            if b.region.file_id == e.region.region.expanded_file_id {
+                out.push(NestedBranch { region: *b, path: path.clone(), position: *position, ignore: false });
+                *position += 1;
+            }
+        }
+        path.pop();
+    }
+}
+
+fn write_branches(out: &mut String, coverage: &Coverage<'_>, data: &CoverageData) {
+    let mut branches: Vec<NestedBranch> = Vec::new();
+    for b in data.branches.iter().filter(|b| is_unfolded(b)) {
+        let position = branches.len();
+        branches.push(NestedBranch { region: *b, path: vec![b.region.start()], position, ignore: false });
+    }
+    let mut nested = Vec::new();
+    collect_nested_branches(coverage, data, &mut Vec::new(), &mut 0, &mut nested);
+    branches.extend(nested.into_iter().filter(|b| is_unfolded(&b.region)));
+    branches.sort_by(|a, b| a.path.cmp(&b.path).then(a.position.cmp(&b.position)));
+
+    // Instantiations of one generic function have branches at one place:
+    // they are reported once, summed.
+    let mut i = 0;
+    while i < branches.len() {
+        let mut j = i + 1;
+        while j < branches.len() && branches[j].path == branches[i].path {
+            let (count, false_count) = (branches[j].region.count, branches[j].region.false_count);
+            let sum = &mut branches[i].region;
+            sum.count = sum.count.wrapping_add(count);
+            sum.false_count = sum.false_count.wrapping_add(false_count);
+            branches[j].ignore = true;
+            j += 1;
+        }
+        i = j;
+    }
+
+    let mut i = 0;
+    while i < branches.len() {
+        let line = branches[i].path[0].0;
+        let mut pair = 0;
+        let mut index = 0;
+        while i < branches.len() && branches[i].path[0].0 == line {
+            let b = &branches[i];
+            if !b.ignore {
+                // llvm-cov prints these counts as 32-bit unsigned values.
+                let counts = [b.region.count as u32, b.region.false_count as u32];
+                let never = counts == [0, 0];
+                for count in counts {
+                    if never {
+                        let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
+                    } else {
+                        let _ = writeln!(out, "BRDA:{line},{pair},{index},{count}");
+                    }
+                    index += 1;
+                }
+                pair += 1;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// A function name for people: Rust (v0 and legacy) and C++ (Itanium)
+/// symbols demangled, anything else as it is.
+pub fn display_name(name: &str, no_demangle: bool) -> std::borrow::Cow<'_, str> {
+    if no_demangle {
+        return name.into();
+    }
+    demangle(name).map_or(name.into(), Into::into)
+}
+
+/// Demangles a Rust or C++ symbol; `None` when it is neither.
+pub fn demangle(name: &str) -> Option<String> {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        return Some(format!("{d:#}"));
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(d) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return Some(d);
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,685 @@
+//! The coverage mapping: which source regions each function's counters stand for.
+//!
+//! An instrumented object carries it in three sections: `__llvm_covmap`
+//! (one header and filename table per compilation unit), `__llvm_covfun`
+//! (one record per function: its name and structural hash, and its regions)
+//! and `__llvm_prf_names` (the function names the records refer to by MD5).
+//! This module decodes them into [`CoverageMapping`], applying the same
+//! de-duplication rules as LLVM's `BinaryCoverageReader`, so that the order
+//! and set of functions match what `llvm-cov` loads. Versions 4 to 7 of the
+//! format (clang 11 and later, every rustc with `-C instrument-coverage`)
+//! are read; see `docs/formats.md`.
+
+use std::collections::HashMap;
+
+use crate::bytes::{Bytes, Endian};
+use crate::error::{Error, Result};
+use crate::profile;
+
+/// Stored version numbers are zero-based: 3 is LLVM's "Version4".
+const FIRST_SUPPORTED_VERSION: u32 = 3;
+const LAST_SUPPORTED_VERSION: u32 = 6;
+/// From this stored version on, filename tables start with the compilation
+/// directory and relative names are joined to it.
+const VERSION6: u32 = 5;
+/// No real source file is this long. Rejecting larger line numbers keeps a
+/// forged region from making the line walk (one step per line) endless.
+const MAX_LINE: u32 = 1 << 24;
+
+/// One interned source file name. Equal names share one id, so filename
+/// comparisons across functions are integer comparisons.
+pub type FileName = u32;
+
+/// The decoded coverage mapping of one or more objects.
+#[derive(Debug, Default)]
+pub struct CoverageMapping {
+    /// Interned file names; `FileName` indexes this.
+    pub files: Vec<String>,
+    file_ids: HashMap<String, FileName>,
+    /// Functions in the order llvm-cov loads them.
+    pub functions: Vec<FunctionMapping>,
+}
+
+/// One function's mapping record.
+#[derive(Debug, Clone)]
+pub struct FunctionMapping {
+    /// The name as the compiler recorded it (mangled; C statics carry a
+    /// `file:` prefix).
+    pub name: String,
+    /// MD5-based reference the profile uses for this name.
+    pub name_ref: u64,
+    /// Structural hash; the profile's counters only apply when it matches.
+    pub hash: u64,
+    /// Files of this function, indexed by a region's `file_id`.
+    pub filenames: Vec<FileName>,
+    pub expressions: Vec<Expression>,
+    /// Regions in stored order: file id 0 first, then 1, ...
+    pub regions: Vec<Region>,
+}
+
+/// A reference to a counter value, as mapping regions and expressions use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    Zero,
+    /// Index into the function's counters.
+    Counter(u32),
+    /// Index into the function's expressions.
+    Expression(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpressionKind {
+    Subtract,
+    Add,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expression {
+    pub kind: ExpressionKind,
+    pub lhs: Counter,
+    pub rhs: Counter,
+}
+
+/// Region kinds, in LLVM's numbering (the order matters when regions with
+/// the same extent are combined: code before expansion before skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RegionKind {
+    Code = 0,
+    Expansion = 1,
+    Skipped = 2,
+    Gap = 3,
+    Branch = 4,
+    McdcDecision = 5,
+    McdcBranch = 6,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    pub kind: RegionKind,
+    pub count: Counter,
+    /// The "false" counter of a branch region; `Zero` otherwise.
+    pub false_count: Counter,
+    pub file_id: u32,
+    /// For expansion regions: the file id whose regions this expands to.
+    pub expanded_file_id: u32,
+    pub line_start: u32,
+    pub column_start: u32,
+    pub line_end: u32,
+    pub column_end: u32,
+}
+
+impl Region {
+    pub fn start(&self) -> (u32, u32) {
+        (self.line_start, self.column_start)
+    }
+
+    pub fn end(&self) -> (u32, u32) {
+        (self.line_end, self.column_end)
+    }
+
+    pub fn is_branch(&self) -> bool {
+        matches!(self.kind, RegionKind::Branch | RegionKind::McdcBranch)
+    }
+}
+
+/// Facts about an object file that go with its mapping.
+#[derive(Debug, Clone, Default)]
+pub struct ObjectInfo {
+    /// The GNU build id, when the object has one.
+    pub build_id: Option<Vec<u8>>,
+}
+
+impl CoverageMapping {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn file_name(&self, id: FileName) -> &str {
+        &self.files[id as usize]
+    }
+
+    fn intern(&mut self, name: String) -> FileName {
+        if let Some(&id) = self.file_ids.get(&name) {
+            return id;
+        }
+        let id = self.files.len() as FileName;
+        self.files.push(name.clone());
+        self.file_ids.insert(name, id);
+        id
+    }
+
+    /// Reads the coverage mapping of an ELF (or other `object`-supported)
+    /// file image and appends its functions. Returns `Ok(None)` when the
+    /// object carries no coverage mapping at all.
+    pub fn add_object(&mut self, image: &[u8]) -> Result<Option<ObjectInfo>> {
+        use object::{Object, ObjectSection};
+
+        let file = object::File::parse(image).map_err(|e| {
+            Error::malformed("object file", 0, format!("not a readable object file: {e}"))
+        })?;
+        let endian = if file.is_little_endian() { Endian::Little } else { Endian::Big };
+        let section = |name: &str| -> Result<Option<std::borrow::Cow<'_, [u8]>>> {
+            match file.section_by_name(name) {
+                None => Ok(None),
+                Some(s) => s.uncompressed_data().map(Some).map_err(|e| {
+                    Error::malformed(format!("section {name}"), 0, format!("cannot read: {e}"))
+                }),
+            }
+        };
+        let Some(covmap) = section("__llvm_covmap")? else {
+            return Ok(None);
+        };
+        let covfun = section("__llvm_covfun")?.unwrap_or_default();
+        let names = section("__llvm_prf_names")?.unwrap_or_default();
+        let names = profile::decode_names(&names).map_err(|e| e.context("section __llvm_prf_names"))?;
+        let names: HashMap<u64, String> =
+            names.into_iter().map(|n| (profile::name_ref(&n), n)).collect();
+        self.add_sections(&covmap, &covfun, &names, endian)?;
+        Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
+    }
+
+    /// Decodes `__llvm_covmap` and `__llvm_covfun` section contents.
+    /// `names` maps a name reference to its function name.
+    pub fn add_sections(
+        &mut self,
+        covmap: &[u8],
+        covfun: &[u8],
+        names: &HashMap<u64, String>,
+        endian: Endian,
+    ) -> Result<()> {
+        let tables = self.read_covmap(covmap, endian)?;
+        self.read_covfun(covfun, &tables, names, endian)
+    }
+
+    /// Reads every compilation unit's header and filename table, keyed by the
+    /// hash of the table's bytes (how function records refer to it).
+    fn read_covmap(&mut self, covmap: &[u8], endian: Endian) -> Result<FilenameTables> {
+        let mut tables = FilenameTables::default();
+        let mut bytes = Bytes::new(covmap, 0, endian, "coverage mapping header (__llvm_covmap)");
+        let mut version = None;
+        while !bytes.is_empty() {
+            let header_at = bytes.position();
+            let _n_records = bytes.u32()?;
+            let filenames_size = bytes.u32()?;
+            let coverage_size = bytes.u32()?;
+            let this_version = bytes.u32()?;
+            check_version(this_version).map_err(|e| match e {
+                Error::Unsupported(m) => Error::Unsupported(format!("{m} (header at offset {header_at:#x} of __llvm_covmap)")),
+                other => other,
+            })?;
+            if *version.get_or_insert(this_version) != this_version {
+                return Err(bytes.error_at(
+                    header_at,
+                    "compilation units of one object use different coverage mapping versions",
+                ));
+            }
+            if coverage_size != 0 {
+                return Err(bytes.error_at(header_at, "coverage size must be 0 from Version4 on"));
+            }
+            let mut table = bytes.split(filenames_size as usize, "coverage mapping filenames")?;
+            let hash = profile::name_ref_bytes(table_bytes(covmap, &table));
+            let filenames = read_filenames(&mut table, this_version)?;
+            let ids: Vec<FileName> = filenames.into_iter().map(|f| self.intern(f)).collect();
+            tables.insert(hash, ids);
+            bytes.align(8).or_else(|_| bytes.skip(bytes.remaining()))?;
+        }
+        Ok(tables)
+    }
+
+    fn read_covfun(
+        &mut self,
+        covfun: &[u8],
+        tables: &FilenameTables,
+        names: &HashMap<u64, String>,
+        endian: Endian,
+    ) -> Result<()> {
+        // Index of each name reference's record among this object's
+        // functions: LLVM keeps the first record of a name, except that a
+        // dummy record is replaced by a later real one.
+        let mut by_name: HashMap<u64, (usize, bool)> = HashMap::new();
+        let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
+        while bytes.remaining() > 0 {
+            let record_at = bytes.position();
+            if bytes.remaining() < 28 && covfun[record_at..].iter().all(|&b| b == 0) {
+                break; // Trailing alignment padding.
+            }
+            let name_ref = bytes.u64()?;
+            let data_len = bytes.u32()?;
+            let hash = bytes.u64()?;
+            let filenames_ref = bytes.u64()?;
+            let mut data = bytes.split(data_len as usize, "function coverage mapping")?;
+            bytes.align(8).or_else(|_| bytes.skip(bytes.remaining()))?;
+
+            let filenames = match tables.get(filenames_ref) {
+                Some(Some(ids)) => ids,
+                // Two different tables with one hash: LLVM ignores both.
+                Some(None) => continue,
+                None => {
+                    return Err(bytes.error_at(
+                        record_at,
+                        format!("no filename table with hash {filenames_ref:#018x} in __llvm_covmap"),
+                    ))
+                }
+            };
+
+            let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
+            match by_name.get(&name_ref) {
+                None => {
+                    let Some(name) = names.get(&name_ref) else {
+                        return Err(bytes.error_at(
+                            record_at,
+                            format!("function name {name_ref:#018x} is not in __llvm_prf_names"),
+                        ));
+                    };
+                    let mapping = decode_function(&mut data, filenames)?;
+                    by_name.insert(name_ref, (self.functions.len(), is_dummy));
+                    self.functions.push(FunctionMapping {
+                        name: name.clone(),
+                        name_ref,
+                        hash,
+                        filenames: mapping.filenames,
+                        expressions: mapping.expressions,
+                        regions: mapping.regions,
+                    });
+                }
+                Some(&(index, old_is_dummy)) => {
+                    if is_dummy || !old_is_dummy {
+                        continue;
+                    }
+                    let mapping = decode_function(&mut data, filenames)?;
+                    by_name.insert(name_ref, (index, false));
+                    let old = &mut self.functions[index];
+                    old.hash = hash;
+                    old.filenames = mapping.filenames;
+                    old.expressions = mapping.expressions;
+                    old.regions = mapping.regions;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bytes a cursor covers, for hashing a filename table as stored.
+fn table_bytes<'a>(covmap: &'a [u8], table: &Bytes<'a>) -> &'a [u8] {
+    let start = table.offset() as usize;
+    &covmap[start..start + table.remaining()]
+}
+
+fn check_version(stored: u32) -> Result<()> {
+    if stored < FIRST_SUPPORTED_VERSION {
+        return Err(Error::Unsupported(format!(
+            "coverage mapping Version{} is too old: livecov reads Version4 to Version7 \
+             (clang 11 or later, rustc with -C instrument-coverage); rebuild with a newer compiler",
+            stored + 1
+        )));
+    }
+    if stored > LAST_SUPPORTED_VERSION {
+        return Err(Error::Unsupported(format!(
+            "coverage mapping Version{} is newer than this livecov understands (Version4 to Version7); \
+             upgrade livecov",
+            stored + 1
+        )));
+    }
+    Ok(())
+}
+
+/// Filename tables of an object, keyed by the hash function records use.
+/// `None` marks a hash shared by two different tables.
+#[derive(Default)]
+struct FilenameTables {
+    by_hash: HashMap<u64, Option<Vec<FileName>>>,
+}
+
+impl FilenameTables {
+    fn insert(&mut self, hash: u64, ids: Vec<FileName>) {
+        match self.by_hash.get_mut(&hash) {
+            None => {
+                self.by_hash.insert(hash, Some(ids));
+            }
+            Some(Some(existing)) if *existing == ids => {}
+            Some(slot) => *slot = None,
+        }
+    }
+
+    fn get(&self, hash: u64) -> Option<Option<&Vec<FileName>>> {
+        self.by_hash.get(&hash).map(Option::as_ref)
+    }
+}
+
+/// Decodes a filename table: count, then (possibly zlib-compressed) names.
+fn read_filenames(bytes: &mut Bytes<'_>, version: u32) -> Result<Vec<String>> {
+    let count = bytes.uleb()?;
+    if count == 0 {
+        return Err(bytes.error("filename table is empty"));
+    }
+    let uncompressed_len = bytes.uleb()?;
+    let compressed_at = bytes.position();
+    let compressed_len = bytes.uleb_len()?;
+    if compressed_len == 0 {
+        return read_filename_list(bytes, count, version);
+    }
+    let compressed = bytes.take(compressed_len)?;
+    let plain = inflate(compressed, uncompressed_len)
+        .map_err(|detail| bytes.error_at(compressed_at, format!("filename table: {detail}")))?;
+    let mut inner = Bytes::new(&plain, 0, bytes.endian(), "decompressed filename table");
+    read_filename_list(&mut inner, count, version)
+}
+
+fn read_filename_list(bytes: &mut Bytes<'_>, count: u64, version: u32) -> Result<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..count {
+        let len = bytes.uleb_len()?;
+        let at = bytes.position();
+        let raw = bytes.take(len)?;
+        let name = std::str::from_utf8(raw)
+            .map_err(|_| bytes.error_at(at, "file name is not UTF-8"))?
+            .to_owned();
+        if version >= VERSION6 && i > 0 && !name.starts_with('/') {
+            let dir = &names[0];
+            names.push(join_and_normalize(dir, &name));
+        } else {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+/// Inflates zlib data whose uncompressed length the format states up front.
+pub(crate) fn inflate(compressed: &[u8], expected_len: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    // Cap the allocation by what zlib can expand to (about 1032:1), so a
+    // forged length cannot reserve gigabytes.
+    let cap = (compressed.len() as u64).saturating_mul(1032).min(expected_len);
+    let mut out = Vec::with_capacity(cap as usize);
+    flate2::read::ZlibDecoder::new(compressed)
+        .take(expected_len)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("zlib data does not inflate: {e}"))?;
+    if out.len() as u64 != expected_len {
+        return Err(format!(
+            "zlib data inflates to {} bytes, header says {expected_len}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// Joins a relative file name to the compilation directory and removes `.`
+/// and `..` segments, as llvm-cov does for Version6 tables (so `SF:` paths
+/// match its output byte for byte).
+fn join_and_normalize(dir: &str, name: &str) -> String {
+    let joined = if dir.is_empty() {
+        name.to_owned()
+    } else if dir.ends_with('/') {
+        format!("{dir}{name}")
+    } else {
+        format!("{dir}/{name}")
+    };
+    let absolute = joined.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in joined.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                _ if absolute => {}
+                _ => parts.push(part),
+            },
+            _ => parts.push(part),
+        }
+    }
+    let body = parts.join("/");
+    if absolute {
+        format!("/{body}")
+    } else {
+        body
+    }
+}
+
+/// A record that only says "this function exists, never ran here": hash 0,
+/// one file, no expressions, one region with a zero counter. LLVM replaces
+/// such a record with a later real one of the same name.
+fn is_dummy_mapping(mut data: Bytes<'_>) -> bool {
+    let mut check = || -> Result<bool> {
+        if data.uleb()? != 1 {
+            return Ok(false);
+        }
+        data.uleb()?;
+        if data.uleb()? != 0 {
+            return Ok(false);
+        }
+        if data.uleb()? != 1 {
+            return Ok(false);
+        }
+        Ok(data.uleb()? & 3 == 0)
+    };
+    check().unwrap_or(false)
+}
+
+struct DecodedFunction {
+    filenames: Vec<FileName>,
+    expressions: Vec<Expression>,
+    regions: Vec<Region>,
+}
+
+/// Decodes one function's mapping data: its file ids, expressions and
+/// regions (all LEB128).
+fn decode_function(data: &mut Bytes<'_>, table: &[FileName]) -> Result<DecodedFunction> {
+    let num_files = data.uleb_len()?;
+    let mut filenames = Vec::with_capacity(num_files);
+    for _ in 0..num_files {
+        let at = data.position();
+        let index = data.uleb()?;
+        let id = usize::try_from(index).ok().and_then(|i| table.get(i)).ok_or_else(|| {
+            data.error_at(at, format!("file index {index} is beyond the {} files of its table", table.len()))
+        })?;
+        filenames.push(*id);
+    }
+
+    let num_expressions = data.uleb_len()?;
+    // An expression's kind is given by the tag of the counters that refer
+    // to it; until one does, LLVM treats it as a subtraction.
+    let mut expressions = vec![
+        Expression { kind: ExpressionKind::Subtract, lhs: Counter::Zero, rhs: Counter::Zero };
+        num_expressions
+    ];
+    for i in 0..num_expressions {
+        let lhs = read_counter(data, &mut expressions)?;
+        let rhs = read_counter(data, &mut expressions)?;
+        expressions[i].lhs = lhs;
+        expressions[i].rhs = rhs;
+    }
+
+    let mut regions = Vec::new();
+    for file_id in 0..num_files as u32 {
+        read_regions(data, &mut expressions, file_id, num_files as u32, &mut regions)?;
+    }
+    propagate_expansion_counters(&mut regions, num_files);
+    Ok(DecodedFunction { filenames, expressions, regions })
+}
+
+fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {
+    let index = raw >> 2;
+    let index32 = u32::try_from(index)
+        .map_err(|_| data.error_at(at, format!("counter index {index} does not fit in 32 bits")))?;
+    match raw & 3 {
+        0 => Ok(Counter::Zero),
+        1 => Ok(Counter::Counter(index32)),
+        tag => {
+            let Some(e) = expressions.get_mut(index32 as usize) else {
+                return Err(data.error_at(
+                    at,
+                    format!("expression {index} does not exist (the function has {})", expressions.len()),
+                ));
+            };
+            e.kind = if tag == 2 { ExpressionKind::Subtract } else { ExpressionKind::Add };
+            Ok(Counter::Expression(index32))
+        }
+    }
+}
+
+fn read_counter(data: &mut Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {
+    let at = data.position();
+    let raw = data.uleb()?;
+    decode_counter(raw, at, data, expressions)
+}
+
+fn read_regions(
+    data: &mut Bytes<'_>,
+    expressions: &mut [Expression],
+    file_id: u32,
+    num_files: u32,
+    regions: &mut Vec<Region>,
+) -> Result<()> {
+    let num_regions = data.uleb_len()?;
+    let mut line_start = 0u32;
+    for _ in 0..num_regions {
+        let at = data.position();
+        let header = data.uleb32()? as u64;
+        let mut kind = RegionKind::Code;
+        let mut count = Counter::Zero;
+        let mut false_count = Counter::Zero;
+        let mut expanded_file_id = 0;
+        if header & 3 != 0 {
+            count = decode_counter(header, at, data, expressions)?;
+        } else if header & 4 != 0 {
+            kind = RegionKind::Expansion;
+            expanded_file_id = (header >> 3) as u32;
+            if expanded_file_id >= num_files {
+                return Err(data.error_at(
+                    at,
+                    format!("expansion into file id {expanded_file_id}, but the function has {num_files}"),
+                ));
+            }
+        } else {
+            match header >> 3 {
+                0 => {}
+                2 => kind = RegionKind::Skipped,
+                4 => {
+                    kind = RegionKind::Branch;
+                    count = read_counter(data, expressions)?;
+                    false_count = read_counter(data, expressions)?;
+                }
+                5 => {
+                    kind = RegionKind::McdcDecision;
+                    data.uleb32()?; // bitmap index
+                    read_condition_id(data)?; // number of conditions
+                }
+                6 => {
+                    kind = RegionKind::McdcBranch;
+                    count = read_counter(data, expressions)?;
+                    false_count = read_counter(data, expressions)?;
+                    let id_at = data.position();
+                    if read_condition_id(data)? == 0 {
+                        return Err(data.error_at(id_at, "MC/DC condition id must not be zero"));
+                    }
+                    read_condition_id(data)?;
+                    read_condition_id(data)?;
+                }
+                other => {
+                    return Err(data.error_at(at, format!("unknown region kind {other}")));
+                }
+            }
+        }
+
+        let line_delta = data.uleb32()?;
+        let column_at = data.position();
+        let mut column_start = data.uleb32()?;
+        let num_lines = data.uleb32()?;
+        let mut column_end = data.uleb32()?;
+        line_start = line_start
+            .checked_add(line_delta)
+            .ok_or_else(|| data.error_at(column_at, "line number overflows"))?;
+        if column_end & (1 << 31) != 0 {
+            kind = RegionKind::Gap;
+            column_end &= !(1 << 31);
+        }
+        // Whole-line regions are stored as columns 0..0 to save bytes.
+        if column_start == 0 && column_end == 0 {
+            column_start = 1;
+            column_end = u32::MAX;
+        }
+        let line_end = line_start
+            .checked_add(num_lines)
+            .ok_or_else(|| data.error_at(column_at, "line number overflows"))?;
+        if line_end > MAX_LINE {
+            return Err(data.error_at(
+                column_at,
+                format!("line {line_end} is beyond any real source file (at most {MAX_LINE} lines)"),
+            ));
+        }
+        let region = Region {
+            kind,
+            count,
+            false_count,
+            file_id,
+            expanded_file_id,
+            line_start,
+            column_start,
+            line_end,
+            column_end,
+        };
+        if region.start() > region.end() {
+            return Err(data.error_at(
+                at,
+                format!(
+                    "region ends ({line_end}:{column_end}) before it starts ({line_start}:{column_start})"
+                ),
+            ));
+        }
+        regions.push(region);
+    }
+    Ok(())
+}
+
+fn read_condition_id(data: &mut Bytes<'_>) -> Result<u64> {
+    let at = data.position();
+    let v = data.uleb()?;
+    if v > i16::MAX as u64 {
+        return Err(data.error_at(at, format!("MC/DC value {v} is out of range")));
+    }
+    Ok(v)
+}
+
+/// An expansion region counts as often as the first region of the file it
+/// expands. Nested expansions need one pass per level, as in LLVM.
+fn propagate_expansion_counters(regions: &mut [Region], num_files: usize) {
+    for _pass in 1..num_files {
+        let mut pending: Vec<Option<usize>> = vec![None; num_files];
+        for (i, r) in regions.iter().enumerate() {
+            if r.kind == RegionKind::Expansion {
+                pending[r.expanded_file_id as usize] = Some(i);
+            }
+        }
+        for i in 0..regions.len() {
+            let file = regions[i].file_id as usize;
+            if let Some(expansion) = pending[file].take() {
+                regions[expansion].count = regions[i].count;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_join_like_llvm() {
+        assert_eq!(join_and_normalize("/src/app", "main.c"), "/src/app/main.c");
+        assert_eq!(join_and_normalize("/src/app", "./x/../y.c"), "/src/app/y.c");
+        assert_eq!(join_and_normalize("/src/app/", "../lib/z.rs"), "/src/lib/z.rs");
+        assert_eq!(join_and_normalize("/", "../../a.c"), "/a.c");
+        assert_eq!(join_and_normalize("", "a//b.c"), "a/b.c");
+    }
+
+    #[test]
+    fn versions_outside_the_range_are_refused() {
+        assert!(check_version(2).unwrap_err().to_string().contains("too old"));
+        assert!(check_version(7).unwrap_err().to_string().contains("upgrade livecov"));
+        assert!(check_version(6).is_ok());
+    }
+}

@@ -1,0 +1,542 @@
+//! Where the counters come from: raw profiles (`.profraw`), or the
+//! `__llvm_prf_*` sections of a loaded module, merged as `llvm-profdata
+//! merge` does and looked up as `llvm-cov` looks them up.
+//!
+//! # Reading
+//!
+//! [`read_raw_profiles`] reads every profile of a `.profraw` file (the
+//! runtime may append several, zero-padded to 8 bytes). Versions 5, 7, 8, 9
+//! and 10 are read, in either byte order and from 32- or 64-bit programs;
+//! a profile's [`FunctionCounters`] carry the `NameRef` (see [`name_ref`])
+//! and structural hash that the coverage mapping uses to refer to a
+//! function. Value-profile data, vtable records and timestamps (temporal
+//! profiles) are checked and skipped; byte-coverage counters are turned
+//! into counts (a cleared byte is 1, anything else 0).
+//!
+//! The layout facts live in [`RecordLayout`], and [`decode_records`] decodes
+//! data records from any byte slices: this is the seam for an in-process
+//! agent that reads a loaded module's `__llvm_prf_data`, `__llvm_prf_cnts`
+//! and `__llvm_prf_bits` from memory instead of a file (with the names from
+//! `__llvm_prf_names` through [`decode_names`]).
+//!
+//! # Merging and lookup
+//!
+//! [`Counters`] merges the records of many profiles exactly as
+//! `llvm-profdata merge` (LLVM 22) builds an indexed profile, and
+//! [`Counters::lookup`] answers as `llvm-cov`'s indexed-profile lookup does.
+//! See those items for the details that show in a report.
+//!
+//! Every malformed input is an [`Error::Malformed`] naming the structure and
+//! byte offset; the readers never panic and allocate in proportion to their
+//! input.
+
+mod names;
+mod raw;
+#[cfg(test)]
+mod real_profiles;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+
+pub use crate::bytes::Endian;
+use crate::error::{Error, Result};
+pub use names::{decode_names, name_ref, name_ref_bytes};
+
+/// One raw profile: what one instrumented module (executable or shared
+/// object) wrote when it exited or dumped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawProfile {
+    /// Raw format version (5, 7, 8, 9 or 10).
+    pub version: u32,
+    /// The variant flags of the version word.
+    pub variant: Variant,
+    /// Whether counters are single bytes (same as `variant.byte_coverage`).
+    pub byte_coverage: bool,
+    /// Build ids of the module (version 7 and later; usually one, from the
+    /// ELF `NT_GNU_BUILD_ID` note; none if the module was linked without).
+    pub binary_ids: Vec<Vec<u8>>,
+    /// One entry per data record, in section order.
+    pub records: Vec<FunctionCounters>,
+    /// The function names of the module's names section, in order.
+    pub names: Vec<String>,
+}
+
+/// The counters of one function (one data record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FunctionCounters {
+    /// `NameRef`: [`name_ref`] of the function's PGO name.
+    pub name_ref: u64,
+    /// Structural hash; the coverage mapping record must carry the same one.
+    pub hash: u64,
+    /// Counter values, in counter-id order (the timestamp slot of temporal
+    /// profiles removed; byte-coverage bytes turned into 1 = executed or 0).
+    pub counters: Vec<u64>,
+    /// MC/DC test-vector bitmap bytes (version 9 and later; usually empty).
+    pub bitmap: Vec<u8>,
+}
+
+/// Variant flags: the high 32 bits of a raw profile's version word
+/// (`VARIANT_MASK_*` in `InstrProfData.inc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variant {
+    /// Bit 56: IR-level instrumentation (PGO); 0 for clang and rustc coverage.
+    pub ir: bool,
+    /// Bit 57: context-sensitive IR instrumentation.
+    pub context_sensitive: bool,
+    /// Bit 58: the entry block is always instrumented (IR PGO).
+    pub instr_entry: bool,
+    /// Bit 55: loop entries are always instrumented (IR PGO).
+    pub loop_entries: bool,
+    /// Bit 60: counters are single bytes, cleared (0) when executed.
+    pub byte_coverage: bool,
+    /// Bit 61: only function entries are instrumented.
+    pub function_entry_only: bool,
+    /// Bit 63: the first counter slot of each function is a timestamp.
+    pub temporal: bool,
+}
+
+const LOOP_ENTRIES: u64 = 1 << 55;
+const IR: u64 = 1 << 56;
+const CONTEXT_SENSITIVE: u64 = 1 << 57;
+const INSTR_ENTRY: u64 = 1 << 58;
+const DEBUG_INFO_CORRELATE: u64 = 1 << 59;
+const BYTE_COVERAGE: u64 = 1 << 60;
+const FUNCTION_ENTRY_ONLY: u64 = 1 << 61;
+const TEMPORAL: u64 = 1 << 63;
+
+impl Variant {
+    /// The variant of a version word (a raw profile's second header field,
+    /// or a module's `__llvm_profile_raw_version`). Refuses flags that change
+    /// how the profile must be read and that livecov does not handle:
+    /// debug-info correlation (bit 59: the data records are not in the
+    /// profile), memory profiles (bit 62) and any unassigned bit.
+    pub fn from_version_word(word: u64) -> Result<Variant> {
+        let flags = word & 0xffff_ffff_0000_0000;
+        if flags & DEBUG_INFO_CORRELATE != 0 {
+            return Err(Error::Unsupported(
+                "the profile was written for debug-info or binary correlation \
+                 (-profile-correlate): its function records are in the binary, not in the \
+                 profile, which livecov does not support"
+                    .into(),
+            ));
+        }
+        let known = LOOP_ENTRIES
+            | IR
+            | CONTEXT_SENSITIVE
+            | INSTR_ENTRY
+            | BYTE_COVERAGE
+            | FUNCTION_ENTRY_ONLY
+            | TEMPORAL;
+        let unknown = flags & !known;
+        if unknown != 0 {
+            return Err(Error::Unsupported(format!(
+                "unknown raw profile variant flags {unknown:#x} in version word {word:#x}"
+            )));
+        }
+        Ok(Variant {
+            ir: flags & IR != 0,
+            context_sensitive: flags & CONTEXT_SENSITIVE != 0,
+            instr_entry: flags & INSTR_ENTRY != 0,
+            loop_entries: flags & LOOP_ENTRIES != 0,
+            byte_coverage: flags & BYTE_COVERAGE != 0,
+            function_entry_only: flags & FUNCTION_ENTRY_ONLY != 0,
+            temporal: flags & TEMPORAL != 0,
+        })
+    }
+
+    fn union(self, other: Variant) -> Variant {
+        Variant {
+            ir: self.ir | other.ir,
+            context_sensitive: self.context_sensitive | other.context_sensitive,
+            instr_entry: self.instr_entry | other.instr_entry,
+            loop_entries: self.loop_entries | other.loop_entries,
+            byte_coverage: self.byte_coverage | other.byte_coverage,
+            function_entry_only: self.function_entry_only | other.function_entry_only,
+            temporal: self.temporal | other.temporal,
+        }
+    }
+}
+
+/// What is needed to decode data records besides the bytes themselves: the
+/// facts a raw profile header gives, or that an in-process agent knows
+/// about a loaded module.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordLayout {
+    /// Raw format version (low 32 bits of the version word).
+    pub version: u32,
+    /// Variant flags (high 32 bits of the version word).
+    pub variant: Variant,
+    /// Pointer-sized fields are u64 (true) or u32.
+    pub is_64: bool,
+    /// Byte order of every multi-byte field and counter.
+    pub endian: Endian,
+    /// Version 8 and later: address of the first counter minus address of
+    /// the first data record (the header's `CountersDelta`). Versions 5 and
+    /// 7: address of the first counter (data records hold absolute
+    /// addresses).
+    pub counters_delta: u64,
+    /// As `counters_delta`, for the MC/DC bitmap (version 9 and later).
+    pub bitmap_delta: u64,
+}
+
+impl RecordLayout {
+    /// The layout of a loaded module's sections, from its version word
+    /// (`__llvm_profile_raw_version`, which the runtime also writes into
+    /// profiles) and the run-time start addresses of its `__llvm_prf_data`,
+    /// `__llvm_prf_cnts` and `__llvm_prf_bits` sections (0 when absent).
+    ///
+    /// This is for reading the sections in place. It does not hold when the
+    /// runtime has moved the counters (continuous mode, `%c`).
+    pub fn for_module(
+        version_word: u64,
+        is_64: bool,
+        endian: Endian,
+        data_address: u64,
+        counters_address: u64,
+        bitmap_address: u64,
+    ) -> Result<RecordLayout> {
+        let version = version_word as u32;
+        raw::supported_version(version)?;
+        let variant = Variant::from_version_word(version_word)?;
+        let delta = |address: u64| {
+            let d = if version >= 8 {
+                address.wrapping_sub(data_address)
+            } else {
+                address
+            };
+            if is_64 {
+                d
+            } else {
+                u64::from(d as u32)
+            }
+        };
+        Ok(RecordLayout {
+            version,
+            variant,
+            is_64,
+            endian,
+            counters_delta: delta(counters_address),
+            bitmap_delta: delta(bitmap_address),
+        })
+    }
+
+    /// Size in bytes of one data record in this layout.
+    pub fn record_size(&self) -> usize {
+        raw::record_size(self.version, self.is_64)
+    }
+}
+
+/// Reads all raw profiles in `data` (a `.profraw` file's contents).
+///
+/// An empty input gives no profiles (llvm-profdata skips empty raw profiles
+/// silently). Anything else must start with a raw profile magic; after each
+/// profile only zero bytes or another 8-aligned profile of the same magic
+/// may follow. A counter above 2^56 is an error, as llvm-profdata refuses
+/// such a profile as corrupted.
+pub fn read_raw_profiles(data: &[u8]) -> Result<Vec<RawProfile>> {
+    raw::read_all(data)
+}
+
+/// Decodes data records from the byte images of a module's `__llvm_prf_data`
+/// (`data`: whole records only), `__llvm_prf_cnts` (`counters`) and
+/// `__llvm_prf_bits` (`bitmap`, empty before version 9), with the same
+/// checks as [`read_raw_profiles`]. Error offsets are relative to the start
+/// of the slice they concern.
+///
+/// Records are returned in section order. Names come separately: decode the
+/// module's `__llvm_prf_names` with [`decode_names`].
+pub fn decode_records(
+    layout: &RecordLayout,
+    data: &[u8],
+    counters: &[u8],
+    bitmap: &[u8],
+) -> Result<Vec<FunctionCounters>> {
+    let section = |bytes| raw::Section { bytes, base: 0 };
+    let decoded =
+        raw::decode_records_in(layout, section(data), section(counters), section(bitmap))?;
+    Ok(decoded.into_iter().map(|d| d.record).collect())
+}
+
+/// Bit of a function hash that marks context-sensitive IR records
+/// (`NamedInstrProfRecord::CS_FLAG_IN_FUNC_HASH`).
+const CS_FLAG_IN_HASH: u32 = 60;
+/// Largest count a merge produces (`getInstrMaxCountValue`); the two values
+/// above it mark pseudo counts.
+const MAX_COUNT: u64 = u64::MAX - 2;
+const PSEUDO_HOT: u64 = u64::MAX;
+const PSEUDO_WARM: u64 = u64::MAX - 1;
+
+#[derive(Clone, Debug)]
+struct Entry {
+    hash: u64,
+    counters: Vec<u64>,
+    bitmap: Vec<u8>,
+}
+
+/// Counters of any number of profiles of one program, merged as
+/// `llvm-profdata merge` does and looked up as `llvm-cov` does.
+///
+/// Merging, per (function name, hash) — `InstrProfWriter::addRecord` and
+/// `InstrProfRecord::merge`:
+/// - the first record is kept as it is;
+/// - a later one with the same number of counters is added counter by
+///   counter, saturating at 2^64 - 3 (a count-overflow warning); byte
+///   coverage counts are summed too, so merged byte-coverage counts can
+///   exceed 1;
+/// - a later one with a different number of counters is dropped with a
+///   warning (`count_mismatch`): the first one stays;
+/// - bitmaps are ORed; if their lengths differ the counters are still
+///   summed but the bitmap stays as it was (`bitmap_mismatch`);
+/// - a first counter of 2^64 - 1 or 2^64 - 2 is a "pseudo count" and
+///   follows LLVM's pseudo-count rules.
+///
+/// A record whose `NameRef` is not among its profile's names gets the empty
+/// name, as in llvm-profdata; such records are merged together under it, and
+/// [`lookup`](Counters::lookup) falls back to them for names it does not
+/// know (see there).
+///
+/// When several profiles disagree, "first" means first added. llvm-profdata
+/// loads its inputs in order with one thread, but with three or more inputs
+/// it may use several threads, and which record is first is then up to its
+/// scheduling.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    by_name: HashMap<u64, Vec<Entry>>,
+    unnamed: Vec<Entry>,
+    variant: Option<Variant>,
+    profiles: usize,
+    warnings: Vec<String>,
+    suppressed: usize,
+}
+
+/// Warnings kept before further ones are only counted.
+const MAX_WARNINGS: usize = 1000;
+
+/// What `llvm-cov` gets when it asks the merged profile for a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// A record of that name with that hash.
+    Found {
+        counters: &'a [u64],
+        bitmap: &'a [u8],
+    },
+    /// Records of that name exist, none with that hash (and at least one
+    /// with the same context-sensitivity bit 60 of the hash): llvm-cov
+    /// skips the function and counts a hash mismatch.
+    HashMismatch,
+    /// No record of that name: llvm-cov shows the function with all
+    /// counters zero.
+    Unknown,
+}
+
+impl Counters {
+    /// No profiles yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Merges one profile in.
+    ///
+    /// Fails, changing nothing, when llvm-profdata would refuse the merge:
+    /// a function-entry-only profile (variant bit 61) with a profile that
+    /// instruments entry blocks (bit 58). A byte-coverage profile merged
+    /// with a counting one is accepted as llvm-profdata 22 accepts it
+    /// (later releases refuse it), with a warning.
+    pub fn add(&mut self, profile: RawProfile) -> Result<()> {
+        let new = profile.variant;
+        if let Some(old) = self.variant {
+            if (old.function_entry_only && new.instr_entry)
+                || (old.instr_entry && new.function_entry_only)
+            {
+                return Err(Error::Mismatch(
+                    "cannot merge FunctionEntryOnly profiles and BB profiles together".into(),
+                ));
+            }
+            if old.byte_coverage != new.byte_coverage {
+                self.warn(format!(
+                    "profile {} has {} counters but earlier ones have {}: merged anyway, as llvm-profdata 22 does",
+                    self.profiles + 1,
+                    if new.byte_coverage { "byte-coverage" } else { "8-byte" },
+                    if old.byte_coverage { "byte-coverage" } else { "8-byte" },
+                ));
+            }
+        }
+        self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
+        self.profiles += 1;
+
+        let names: HashMap<u64, &str> = profile
+            .names
+            .iter()
+            .map(|n| (name_ref(n), n.as_str()))
+            .collect();
+        let mut unresolved = HashSet::new();
+        let mut pending = Vec::new();
+        for record in profile.records {
+            let (group, name) = match names.get(&record.name_ref) {
+                Some(name) => (self.by_name.entry(record.name_ref).or_default(), *name),
+                None => {
+                    unresolved.insert(record.name_ref);
+                    (&mut self.unnamed, "")
+                }
+            };
+            match group.iter_mut().find(|e| e.hash == record.hash) {
+                None => group.push(Entry {
+                    hash: record.hash,
+                    counters: record.counters,
+                    bitmap: record.bitmap,
+                }),
+                Some(entry) => {
+                    if let Some(warning) = merge(entry, record) {
+                        let hash = entry.hash;
+                        pending.push(format!(
+                            "function {} (hash {:#018x}) in profile {}: {warning}",
+                            if name.is_empty() { "<unnamed>" } else { name },
+                            hash,
+                            self.profiles
+                        ));
+                    }
+                }
+            }
+        }
+        for warning in pending {
+            self.warn(warning);
+        }
+        if !unresolved.is_empty() {
+            self.warn(format!(
+                "profile {}: {} NameRef(s) not found among the profile's names; their records were \
+                 filed under the empty name, as llvm-profdata does",
+                self.profiles,
+                unresolved.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The record of function `name_ref` (see [`name_ref`]) with structural
+    /// hash `hash`, as `IndexedInstrProfReader::getInstrProfRecord` finds it
+    /// in the indexed profile llvm-profdata would write.
+    ///
+    /// A name with no records falls back to the records filed under the
+    /// empty name (those whose NameRef was unknown to their profile), as
+    /// llvm-cov's lookup retries with its empty "deprecated name". Among a
+    /// name's records, a missing hash is [`Lookup::HashMismatch`] only if
+    /// some record shares the hash's bit 60, else [`Lookup::Unknown`].
+    pub fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
+        let group = match self.by_name.get(&name_ref) {
+            Some(group) => group,
+            None if !self.unnamed.is_empty() => &self.unnamed,
+            None => return Lookup::Unknown,
+        };
+        if let Some(e) = group.iter().find(|e| e.hash == hash) {
+            return Lookup::Found {
+                counters: &e.counters,
+                bitmap: &e.bitmap,
+            };
+        }
+        let cs = |h: u64| (h >> CS_FLAG_IN_HASH) & 1;
+        if group.iter().any(|e| cs(e.hash) == cs(hash)) {
+            Lookup::HashMismatch
+        } else {
+            Lookup::Unknown
+        }
+    }
+
+    /// Warnings from merging (count and bitmap mismatches, overflow,
+    /// unresolved names, mixed counter kinds), in order. After 1000, further
+    /// warnings are only counted, in one last line.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn warn(&mut self, warning: String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(warning);
+            return;
+        }
+        self.suppressed += 1;
+        let line = format!("{} more warnings not shown", self.suppressed);
+        if self.suppressed == 1 {
+            self.warnings.push(line);
+        } else if let Some(last) = self.warnings.last_mut() {
+            *last = line;
+        }
+    }
+
+    /// Whether any merged profile had byte-coverage counters; llvm-cov then
+    /// treats the merged profile as single-byte coverage.
+    pub fn byte_coverage(&self) -> bool {
+        self.variant.is_some_and(|v| v.byte_coverage)
+    }
+
+    /// The union of the merged profiles' variant flags.
+    pub fn variant(&self) -> Variant {
+        self.variant.unwrap_or_default()
+    }
+
+    /// Number of profiles merged so far.
+    pub fn profiles(&self) -> usize {
+        self.profiles
+    }
+}
+
+/// Merges `src` into `dest` as `InstrProfRecord::merge` does (weight 1).
+/// Returns a warning when LLVM would report one.
+fn merge(dest: &mut Entry, src: FunctionCounters) -> Option<String> {
+    if dest.counters.len() != src.counters.len() {
+        return Some(format!(
+            "{} counters here, {} in the first record; kept the first (llvm-profdata: count_mismatch)",
+            src.counters.len(),
+            dest.counters.len()
+        ));
+    }
+    let pseudo = |c: &[u64]| match c.first() {
+        Some(&PSEUDO_HOT) => Some(PSEUDO_HOT),
+        Some(&PSEUDO_WARM) => Some(PSEUDO_WARM),
+        _ => None,
+    };
+    match (pseudo(&dest.counters), pseudo(&src.counters)) {
+        (None, None) => {}
+        (Some(a), Some(b)) => {
+            if let Some(first) = dest.counters.first_mut() {
+                *first = if a == PSEUDO_HOT || b == PSEUDO_HOT {
+                    PSEUDO_HOT
+                } else {
+                    PSEUDO_WARM
+                };
+            }
+            return None;
+        }
+        _ => return Some(
+            "pseudo counts merged with real counts; kept the first (llvm-profdata: count_mismatch)"
+                .into(),
+        ),
+    }
+    let mut overflowed = false;
+    for (d, s) in dest.counters.iter_mut().zip(&src.counters) {
+        let (sum, carry) = d.overflowing_add(*s);
+        *d = if carry || sum > MAX_COUNT {
+            overflowed = true;
+            MAX_COUNT
+        } else {
+            sum
+        };
+    }
+    // llvm-profdata reports only the first warning of a record.
+    let overflow = overflowed
+        .then(|| "counter overflow, saturated (llvm-profdata: counter_overflow)".to_string());
+    if dest.bitmap.len() != src.bitmap.len() {
+        return overflow.or_else(|| {
+            Some(format!(
+                "{} bitmap bytes here, {} in the first record; counters summed, bitmap kept \
+                 (llvm-profdata: bitmap_mismatch)",
+                src.bitmap.len(),
+                dest.bitmap.len()
+            ))
+        });
+    }
+    for (d, s) in dest.bitmap.iter_mut().zip(&src.bitmap) {
+        *d |= s;
+    }
+    overflow
+}

@@ -1,0 +1,155 @@
+//! Function-name strings (`__llvm_prf_names` and the names section of a raw
+//! profile) and the MD5-based `NameRef` that data and coverage records use to
+//! refer to them.
+
+use flate2::{Decompress, FlushDecompress, Status};
+use md5::{Digest, Md5};
+
+use crate::bytes::{Bytes, Endian};
+use crate::error::{Error, Result};
+
+/// Byte that separates names inside one chunk.
+const NAME_SEPARATOR: u8 = 0x01;
+
+/// The `NameRef` of a function name: the first 8 bytes of the MD5 digest of
+/// the name, read as a little-endian integer (LLVM's
+/// `IndexedInstrProf::ComputeHash`).
+pub fn name_ref(name: &str) -> u64 {
+    name_ref_bytes(name.as_bytes())
+}
+
+/// [`name_ref`] of arbitrary bytes: the low 64 bits (little-endian) of their
+/// MD5 digest. The coverage mapping uses the same hash for its filenames
+/// blobs (`FilenamesRef`).
+pub fn name_ref_bytes(bytes: &[u8]) -> u64 {
+    let digest = Md5::digest(bytes);
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&digest[..8]);
+    u64::from_le_bytes(low)
+}
+
+/// Decodes a names section into its names, in order.
+///
+/// The section is a sequence of chunks, each: ULEB128 length of the names
+/// text, ULEB128 length of its zlib-compressed form (0 when stored plain),
+/// then the text (or its compressed form). The text is the names joined
+/// with `0x01`. Zero bytes may follow a chunk (alignment padding). This is
+/// what LLVM's `collectPGOFuncNameStrings` writes and `readAndDecodeStrings`
+/// reads.
+///
+/// Like LLVM's symbol table, an empty name (e.g. a chunk of length 0, or
+/// two adjacent separators) is an error, as is a compressed chunk that does
+/// not inflate to exactly its declared length or more. Names must be UTF-8.
+/// Offsets in errors are relative to the start of `bytes`.
+pub fn decode_names(bytes: &[u8]) -> Result<Vec<String>> {
+    decode_names_at(bytes, 0, "names section")
+}
+
+/// [`decode_names`] with error offsets relative to `base`.
+pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    // LEB128 numbers have no byte order: the cursor's endianness is unused.
+    let mut cur = Bytes::new(bytes, base, Endian::Little, what);
+    while !cur.is_empty() {
+        let chunk_start = cur.offset();
+        let plain_len = cur.uleb()?;
+        let compressed_len = cur.uleb()?;
+        let text_offset = cur.offset();
+        if compressed_len == 0 {
+            let len = bounded(&cur, plain_len, "names text")?;
+            let text = cur.take(len)?;
+            split_names(text, text_offset, true, what, &mut names)?;
+        } else {
+            let len = bounded(&cur, compressed_len, "compressed names")?;
+            let packed = cur.take(len)?;
+            let text = inflate(packed, plain_len).map_err(|detail| {
+                Error::malformed(
+                    what,
+                    chunk_start,
+                    format!("names chunk does not decompress: {detail}"),
+                )
+            })?;
+            split_names(&text, text_offset, false, what, &mut names)?;
+        }
+        while bytes.get(cur.position()) == Some(&0) {
+            cur.skip(1)?;
+        }
+    }
+    Ok(names)
+}
+
+fn bounded(cur: &Bytes<'_>, len: u64, what: &str) -> Result<usize> {
+    match usize::try_from(len) {
+        Ok(n) if n <= cur.remaining() => Ok(n),
+        _ => Err(cur.error(format!(
+            "{what} length {len} exceeds the {} bytes that remain",
+            cur.remaining()
+        ))),
+    }
+}
+
+/// Splits `text` on the separator and checks every name. `text_offset` is
+/// where the text starts in the input; when the text was decompressed
+/// (`in_place` false) errors point at the chunk's text instead.
+fn split_names(
+    text: &[u8],
+    text_offset: u64,
+    in_place: bool,
+    what: &'static str,
+    names: &mut Vec<String>,
+) -> Result<()> {
+    let mut start = 0usize;
+    for piece in text.split(|&b| b == NAME_SEPARATOR) {
+        let at = if in_place {
+            text_offset + start as u64
+        } else {
+            text_offset
+        };
+        if piece.is_empty() {
+            return Err(Error::malformed(what, at, "empty function name"));
+        }
+        let name = std::str::from_utf8(piece)
+            .map_err(|e| Error::malformed(what, at, format!("function name is not UTF-8: {e}")))?;
+        names.push(name.to_owned());
+        start += piece.len() + 1;
+    }
+    Ok(())
+}
+
+/// Inflates one zlib stream that must produce at most `declared` bytes (as
+/// zlib's `uncompress` into a buffer of that size: more output is an error,
+/// trailing input after the end of the stream is ignored). Output grows with
+/// what the stream really produces, never by the declared length alone.
+fn inflate(packed: &[u8], declared: u64) -> Result<Vec<u8>, String> {
+    const STEP: usize = 64 * 1024;
+    let mut z = Decompress::new(true);
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        if out.len() == out.capacity() {
+            // Room for one byte past the declared length, to detect excess.
+            let room = declared.saturating_add(1).saturating_sub(out.len() as u64);
+            if room == 0 {
+                return Err(format!("produces more than the declared {declared} bytes"));
+            }
+            out.reserve(usize::try_from(room).map_or(STEP, |r| r.min(STEP)));
+        }
+        let consumed = usize::try_from(z.total_in()).map_err(|e| e.to_string())?;
+        let input = packed.get(consumed..).unwrap_or(&[]);
+        let before = (z.total_in(), z.total_out());
+        let status = z
+            .decompress_vec(input, &mut out, FlushDecompress::None)
+            .map_err(|e| e.to_string())?;
+        if out.len() as u64 > declared {
+            return Err(format!("produces more than the declared {declared} bytes"));
+        }
+        match status {
+            Status::StreamEnd => return Ok(out),
+            Status::Ok | Status::BufError => {
+                let progressed = (z.total_in(), z.total_out()) != before;
+                if !progressed && out.len() < out.capacity() {
+                    return Err("the zlib stream is truncated".into());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `livecov convert`: binary + raw profiles -> LCOV, offline.
+//!
+//! A drop-in for `llvm-profdata merge` followed by
+//! `llvm-cov export -format=lcov`: same output, no LLVM tool, and raw
+//! profiles from any LLVM 11 to 22 whatever LLVM is installed.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use livecov::coverage::Coverage;
+use livecov::lcov;
+use livecov::mapping::CoverageMapping;
+use livecov::profile::{self, Counters};
+
+#[derive(clap::Args)]
+#[command(
+    about = "Convert raw profiles (.profraw) of an instrumented binary to LCOV",
+    long_about = "Convert raw profiles (.profraw) of an instrumented binary to LCOV, exactly as \
+                  `llvm-profdata merge` + `llvm-cov export -format=lcov` of LLVM 22 would, \
+                  without any LLVM tool.",
+    after_help = "Example:\n  livecov convert --binary target/debug/app --profraw default_*.profraw -o coverage.lcov"
+)]
+pub struct Args {
+    /// The instrumented executable (or shared object) the profiles came from.
+    #[arg(long, value_name = "PATH")]
+    binary: PathBuf,
+    /// More instrumented objects whose coverage to include (shared objects).
+    #[arg(long = "object", value_name = "PATH")]
+    objects: Vec<PathBuf>,
+    /// Raw profiles to merge; each file may hold several concatenated profiles.
+    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    profraw: Vec<PathBuf>,
+    /// Write the LCOV report here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// Leave out source files whose path matches this regular expression (repeatable).
+    #[arg(long = "ignore-filename-regex", value_name = "RE")]
+    ignore_filename_regex: Vec<String>,
+    /// Print function names as the compiler wrote them (mangled).
+    #[arg(long)]
+    no_demangle: bool,
+    /// Leave out FN/FNDA records.
+    #[arg(long)]
+    skip_functions: bool,
+    /// Leave out branch records (BRDA, BRF, BRH).
+    #[arg(long)]
+    skip_branches: bool,
+    /// Only the per-file summary records (FNF/FNH, BRF/BRH, LF/LH).
+    #[arg(long)]
+    summary_only: bool,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let options = lcov::Options {
+        ignore_filename_regex: args
+            .ignore_filename_regex
+            .iter()
+            .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
+            .collect::<Result<_>>()?,
+        no_demangle: args.no_demangle,
+        skip_functions: args.skip_functions,
+        skip_branches: args.skip_branches,
+        summary_only: args.summary_only,
+        test_name: None,
+    };
+
+    let mut mapping = CoverageMapping::new();
+    let mut build_ids = Vec::new();
+    let mut found = false;
+    for path in std::iter::once(&args.binary).chain(&args.objects) {
+        let image = read(path)?;
+        let info = mapping
+            .add_object(&image)
+            .with_context(|| format!("reading the coverage mapping of {}", path.display()))?;
+        match info {
+            Some(info) => {
+                found = true;
+                if let Some(id) = info.build_id {
+                    build_ids.push((path.clone(), id));
+                }
+            }
+            None => eprintln!(
+                "livecov: warning: {} has no coverage mapping (__llvm_covmap); was it built with \
+                 -C instrument-coverage or -fprofile-instr-generate -fcoverage-mapping?",
+                path.display()
+            ),
+        }
+    }
+    if !found {
+        bail!(
+            "no coverage mapping found in {}: build with -C instrument-coverage (Rust) or \
+             -fprofile-instr-generate -fcoverage-mapping (clang), and do not strip it with llvm-strip",
+            args.binary.display()
+        );
+    }
+
+    let mut counters = Counters::new();
+    for path in &args.profraw {
+        let data = read(path)?;
+        let profiles = profile::read_raw_profiles(&data)
+            .with_context(|| format!("reading raw profile {}", path.display()))?;
+        for p in profiles {
+            check_binary_ids(path, &p.binary_ids, &build_ids)?;
+            counters.add(p).with_context(|| format!("merging raw profile {}", path.display()))?;
+        }
+    }
+    for w in counters.warnings() {
+        eprintln!("livecov: warning: {w}");
+    }
+
+    let coverage = Coverage::new(&mapping, &counters);
+    if !coverage.mismatched.is_empty() {
+        eprintln!(
+            "livecov: warning: {} functions have mismatched data (the binary does not match the profile; they are left out)",
+            coverage.mismatched.len()
+        );
+    }
+    let report = lcov::write(&coverage, &options);
+    match &args.output {
+        Some(out) => write_atomically(out, report.as_bytes())?,
+        None => std::io::stdout().lock().write_all(report.as_bytes()).context("writing to standard output")?,
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// A profile that names the build ids of the modules that wrote it must come
+/// from one of the given objects.
+fn check_binary_ids(profile: &Path, ids: &[Vec<u8>], objects: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    if ids.is_empty() || objects.is_empty() {
+        return Ok(());
+    }
+    if ids.iter().any(|id| objects.iter().any(|(_, o)| o == id)) {
+        return Ok(());
+    }
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let theirs: Vec<String> = ids.iter().map(|i| hex(i)).collect();
+    let ours: Vec<String> = objects.iter().map(|(p, i)| format!("{} has {}", p.display(), hex(i))).collect();
+    bail!(
+        "{} was written by a binary with build id {}, but {}: pass the binary that wrote the profile",
+        profile.display(),
+        theirs.join(", "),
+        ours.join(", ")
+    )
+}
+
+/// Writes to a temporary file beside `path` and renames it, so a reader
+/// never sees a torn report.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Benchmarks `livecov convert` against LLVM 22's own pipeline on a large
+# instrumented Rust program (fixtures/large), side by side in one run:
+#
+#   livecov:  livecov convert --binary BIN --profraw P... -o out.lcov
+#   llvm:     llvm-profdata merge -sparse P... -o x.profdata
+#             && llvm-cov export -format=lcov BIN -instr-profile x.profdata > ref.lcov
+#
+# Both get the same binary and the same .profraw files, a warm file cache (one
+# untimed warm-up run each) and nothing precomputed: the llvm side merges the
+# raw profiles on every run, as livecov does. Wall time is the median of
+# BENCH_RUNS runs (default 5, the two sides interleaved); peak RSS is
+# /usr/bin/time's %M (the max of the two steps for llvm), median over the runs.
+# Then says whether the LCOV outputs are byte-identical (livecov with
+# --no-demangle, as llvm-cov does not demangle); a difference is reported,
+# not fatal. Run from anywhere as `make bench`; not part of CI.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+runs=${BENCH_RUNS:-5}
+
+# --- tools -------------------------------------------------------------------
+if [ ! -x /usr/bin/time ]; then
+    echo "bench: installing GNU time"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends time >/dev/null
+fi
+llvm_bin="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin"
+profdata="$llvm_bin/llvm-profdata"
+llvm_cov="$llvm_bin/llvm-cov"
+for t in "$profdata" "$llvm_cov"; do
+    [ -x "$t" ] || { echo "bench: $t missing (run tests/scripts/install-deps.sh)" >&2; exit 1; }
+done
+
+# Drop what the caller (an outer cargo, make, a shell profile) set that would
+# change a build: target dir, wrappers, flags, profiles, profile file names.
+clean_env=(env)
+while IFS= read -r name; do
+    case "$name" in
+        CARGO_HOME) ;;
+        CARGO*|__CARGO*|RUSTC|RUSTC_WRAPPER|RUSTC_WORKSPACE_WRAPPER|RUSTDOC|RUSTDOCFLAGS|RUSTFLAGS|RUSTC_BOOTSTRAP|LLVM_PROFILE_FILE)
+            clean_env+=(-u "$name") ;;
+    esac
+done < <(compgen -e)
+
+# --- builds ------------------------------------------------------------------
+echo "bench: building livecov (release)"
+"${clean_env[@]}" cargo build --release --quiet -p livecov-cli
+livecov="$root/target/release/livecov"
+
+# With an explicit --target, RUSTFLAGS reach only the program and its
+# libraries, not the build scripts and proc macros: those would run
+# instrumented during the build and leave .profraw files in their sources.
+echo "bench: building fixtures/large with -C instrument-coverage"
+fixture_target="$root/target/fixtures/large"
+host=$(rustc -vV | sed -n 's/^host: //p')
+start=$(date +%s%N)
+"${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$fixture_target" \
+    cargo build --quiet --locked --target "$host" --manifest-path fixtures/large/Cargo.toml
+echo "bench: fixture build took $(( ($(date +%s%N) - start) / 1000000 )) ms (incremental if it was built before)"
+bin="$fixture_target/$host/debug/large"
+
+# --- the workload: a few deterministic runs, one .profraw each ----------------
+work="$fixture_target/bench"
+rm -rf "$work"
+mkdir -p "$work/profraw" "$work/out"
+inputs="$root/fixtures/large/inputs"
+n=0
+workload() { # workload ARGS...: one run of the fixture into its own .profraw
+    n=$((n + 1))
+    "${clean_env[@]}" LLVM_PROFILE_FILE="$work/profraw/run-$(printf %02d $n).profraw" \
+        "$bin" "$@" >/dev/null 2>&1
+}
+workload analyze --rules "$inputs/rules.toml" --events "$inputs/events.json" --log "$inputs/access.log" --format text
+workload generate --seed 99 --count 400 --source gen -o "$work/out/gen.json"
+workload analyze --rules "$inputs/rules.toml" --events "$inputs/events.json" --events "$work/out/gen.json" --format toml --rounds 3
+workload analyze --rules "$inputs/rules.toml" --events "$work/out/gen.json" --format pretty --rounds 2
+workload grep -i -e 'api/v1/users/\d+' -e ' 50[023] ' --count --words "$inputs/access.log"
+workload grep -e '"(GET|POST) ' -r '[REQ]' -v "$inputs/access.log"
+workload transform "$inputs/config.json" --merge "$inputs/overrides.json" --rename '_(\w)=-$1' --flatten --format pretty
+workload transform "$inputs/config.json" --pointer /limits --format toml
+workload transform "$inputs/config.json" --format text
+workload grep -e '(' "$inputs/access.log" || true   # an invalid regex: the error path
+workload --bogus || true                             # a clap usage error
+profraws=("$work"/profraw/*.profraw)
+echo "bench: ${#profraws[@]} .profraw files, $(du -cb "${profraws[@]}" | tail -1 | cut -f1) bytes; binary $(stat -c %s "$bin") bytes"
+
+# --- the commands --------------------------------------------------------------
+run_livecov() { # run_livecov OUT [--no-demangle]
+    "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
+}
+run_llvm() { # run_llvm OUT
+    "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata" &&
+        "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
+}
+rss_livecov() { # peak RSS in KiB
+    /usr/bin/time -f %M -o "$work/rss" "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
+    tail -1 "$work/rss"
+}
+rss_llvm() { # the max of the two steps, KiB
+    local a b
+    /usr/bin/time -f %M -o "$work/rss" "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata"
+    a=$(tail -1 "$work/rss")
+    /usr/bin/time -f %M -o "$work/rss" "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
+    b=$(tail -1 "$work/rss")
+    echo $((a > b ? a : b))
+}
+now_ns() { date +%s%N; }
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Warm-up (untimed): page in the binary, the profiles and the tools for both.
+run_livecov "$work/out/livecov.lcov"
+run_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle
+run_llvm "$work/out/ref.lcov"
+
+echo "bench: $runs timed runs of each, interleaved"
+: >"$work/t_livecov"; : >"$work/t_nodem"; : >"$work/t_llvm"
+: >"$work/m_livecov"; : >"$work/m_nodem"; : >"$work/m_llvm"
+for _ in $(seq "$runs"); do
+    # Wall time with no wrapper around the tools.
+    s=$(now_ns); run_livecov "$work/out/livecov.lcov"; e=$(now_ns)
+    echo $(((e - s) / 1000)) >>"$work/t_livecov"
+    s=$(now_ns); run_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle; e=$(now_ns)
+    echo $(((e - s) / 1000)) >>"$work/t_nodem"
+    s=$(now_ns); run_llvm "$work/out/ref.lcov"; e=$(now_ns)
+    echo $(((e - s) / 1000)) >>"$work/t_llvm"
+    # Peak memory, in runs of their own under /usr/bin/time.
+    rss_livecov "$work/out/livecov.lcov" >>"$work/m_livecov"
+    rss_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle >>"$work/m_nodem"
+    rss_llvm "$work/out/ref.lcov" >>"$work/m_llvm"
+done
+
+t_llvm=$(median <"$work/t_llvm")
+row() { # row LABEL TIMES RSS
+    local t m
+    t=$(median <"$2")
+    m=$(median <"$3")
+    awk -v label="$1" -v t="$t" -v m="$m" -v ref="$t_llvm" \
+        'BEGIN { printf "%-48s %10.1f %14.1f %8.2fx\n", label, t / 1000, m / 1024, ref / t }'
+}
+echo
+echo "fixtures/large: $(grep -c '^FN:' "$work/out/ref.lcov") FN records, $(grep -c '^SF:' "$work/out/ref.lcov") source files; ${#profraws[@]} .profraw files; median of $runs runs"
+printf "%-48s %10s %14s %9s\n" "tool" "wall ms" "peak RSS MiB" "speedup"
+row "livecov convert" "$work/t_livecov" "$work/m_livecov"
+row "livecov convert --no-demangle" "$work/t_nodem" "$work/m_nodem"
+row "llvm-profdata merge + llvm-cov export (LLVM 22)" "$work/t_llvm" "$work/m_llvm"
+echo
+
+differing=$( (diff "$work/out/ref.lcov" "$work/out/livecov-nodemangle.lcov" || true) | grep -c '^[<>]' || true)
+if [ "$differing" -eq 0 ] && cmp -s "$work/out/ref.lcov" "$work/out/livecov-nodemangle.lcov"; then
+    echo "identical: yes"
+else
+    echo "identical: no ($differing differing lines; diff $work/out/ref.lcov $work/out/livecov-nodemangle.lcov)"
+fi

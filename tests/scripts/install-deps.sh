@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a fresh Debian machine, and does nothing
+# (quickly) when it is all there already:
+# - LLVM 22's llvm-cov and llvm-profdata (rustup component llvm-tools), the oracle;
+# - clang-19 and clang-14 with their profile runtimes, to build the C/C++ fixtures;
+# - llvm-profdata-14, to index clang-14 profiles for llvm-cov 22.
+set -euo pipefail
+
+apt_packages=(clang-19 clang-14 llvm-14 libclang-rt-14-dev libclang-rt-19-dev)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+sysroot=$(rustc --print sysroot)
+host=$(rustc -vV | sed -n 's/^host: //p')
+if [ ! -x "$sysroot/lib/rustlib/$host/bin/llvm-cov" ]; then
+    echo "install-deps: adding the rustup component llvm-tools"
+    rustup component add llvm-tools
+fi

@@ -1,0 +1,69 @@
+//! The oracle: what real LLVM tools say about a run. `llvm-profdata merge`
+//! (LLVM 14's for clang-14 profiles, LLVM 22's otherwise), then LLVM 22's
+//! `llvm-cov export -format=lcov`.
+
+use crate::tools::{llvm_tool, run_checked, system_tool};
+use crate::{Fixture, Run, Toolchain};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The `llvm-profdata` that reads `toolchain`'s raw profiles: LLVM 22's (rustup
+/// llvm-tools) for rustc and clang-19, Debian's llvm-profdata-14 for clang-14
+/// (LLVM 22 rejects raw profile version 8).
+pub fn profdata_tool(toolchain: Toolchain) -> PathBuf {
+    match toolchain {
+        Toolchain::Rustc | Toolchain::Clang19 => llvm_tool("llvm-profdata"),
+        Toolchain::Clang14 => system_tool("llvm-profdata-14", "llvm-14"),
+    }
+}
+
+/// Merges the run's `.profraw` files into the indexed profile `output`.
+pub fn merge_profdata(fixture: &Fixture, run: &Run, output: &Path) {
+    let mut command = Command::new(profdata_tool(fixture.toolchain));
+    command
+        .args(["merge", "-o"])
+        .arg(output)
+        .args(&run.profraws);
+    run_checked(
+        &mut command,
+        &format!("llvm-profdata merge of {}/{}", fixture.name, run.label),
+    );
+}
+
+/// A fresh temporary path in the fixture's output folder (`target/fixtures/<name>/tmp`).
+fn temp_path(fixture: &Fixture, extension: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = fixture
+        .binary
+        .parent()
+        .expect("the binary is in a folder")
+        .join("tmp");
+    std::fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{}-{n}.{extension}", std::process::id()))
+}
+
+/// LCOV of one run as LLVM 22 computes it: `llvm-cov export -format=lcov BINARY
+/// [-object OBJ]... -instr-profile MERGED EXTRA_ARGS...`. Panics with llvm-cov's
+/// stderr when it fails.
+pub fn oracle_lcov(fixture: &Fixture, run: &Run, extra_args: &[&str]) -> String {
+    let profdata = temp_path(fixture, "profdata");
+    merge_profdata(fixture, run, &profdata);
+    let mut command = Command::new(llvm_tool("llvm-cov"));
+    command
+        .args(["export", "-format=lcov"])
+        .arg(&fixture.binary);
+    for object in &fixture.objects {
+        command.arg("-object").arg(object);
+    }
+    command
+        .arg("-instr-profile")
+        .arg(&profdata)
+        .args(extra_args);
+    let what = format!("llvm-cov export of {}/{}", fixture.name, run.label);
+    let output = run_checked(&mut command, &what);
+    let _ = std::fs::remove_file(&profdata);
+    String::from_utf8(output.stdout).unwrap_or_else(|_| panic!("{what} printed non-UTF-8 LCOV"))
+}

@@ -1,0 +1,128 @@
+//! `livecov convert` against `llvm-profdata merge` + `llvm-cov export
+//! -format=lcov` of LLVM 22: byte-identical LCOV for every fixture, every
+//! run and every flag, with mangled names, and identical after demangling
+//! both sides by default.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use livecov_tests::{fixture, workspace_root, Fixture, Run};
+
+/// The `livecov` binary of this workspace, built once per test process.
+fn livecov() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = workspace_root();
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build for the livecov binary");
+        assert!(status.success(), "cargo build -p livecov-cli failed");
+        root.join("target/debug/livecov")
+    })
+}
+
+/// Pairs of (livecov flags, llvm-cov flags) that must give the same output.
+const FLAG_SETS: &[(&[&str], &[&str])] = &[
+    (&[], &[]),
+    (&["--skip-functions"], &["-skip-functions"]),
+    (&["--skip-branches"], &["-skip-branches"]),
+    (&["--summary-only"], &["-summary-only"]),
+    (&["--ignore-filename-regex", r"shared\.h$|/shapes/|plugin\.c$"], &[r"-ignore-filename-regex=shared\.h$|/shapes/|plugin\.c$"]),
+];
+
+fn convert(f: &Fixture, run: &Run, flags: &[&str]) -> String {
+    let mut cmd = Command::new(livecov());
+    cmd.arg("convert").arg("--binary").arg(&f.binary);
+    for o in &f.objects {
+        cmd.arg("--object").arg(o);
+    }
+    cmd.arg("--profraw").args(&run.profraws).args(flags);
+    let out = cmd.output().expect("run livecov convert");
+    assert!(
+        out.status.success(),
+        "livecov convert failed for {} / {}: {}",
+        f.name,
+        run.label,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("LCOV is UTF-8")
+}
+
+/// Demangles the names of FN and FNDA records, as livecov does by default.
+fn demangle_names(lcov: &str) -> String {
+    let mut out = String::new();
+    for line in lcov.lines() {
+        let renamed = ["FN:", "FNDA:"].iter().find_map(|tag| {
+            let rest = line.strip_prefix(tag)?;
+            let (number, name) = rest.split_once(',')?;
+            Some(format!("{tag}{number},{}", livecov::lcov::display_name(name, false)))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// Fails with the first lines where the two reports differ.
+fn assert_same(context: &str, ours: &str, expected: &str) {
+    if ours == expected {
+        return;
+    }
+    let ours: Vec<&str> = ours.lines().collect();
+    let theirs: Vec<&str> = expected.lines().collect();
+    let first = ours.iter().zip(&theirs).position(|(a, b)| a != b).unwrap_or(ours.len().min(theirs.len()));
+    let from = first.saturating_sub(8);
+    panic!(
+        "{context}: livecov differs from llvm-cov at line {}\n--- livecov ---\n{}\n--- llvm-cov ---\n{}",
+        first + 1,
+        ours[from..(first + 8).min(ours.len())].join("\n"),
+        theirs[from..(first + 8).min(theirs.len())].join("\n"),
+    );
+}
+
+fn check_fixture(name: &str) {
+    let f = fixture(name);
+    for run in &f.runs {
+        for (ours_flags, llvm_flags) in FLAG_SETS {
+            let context = format!("{} / run {} / flags {:?}", f.name, run.label, ours_flags);
+            let expected = livecov_tests::oracle_lcov(f, run, llvm_flags);
+            assert!(expected.contains("SF:"), "{context}: the oracle reported no file");
+            let mut raw_flags = vec!["--no-demangle"];
+            raw_flags.extend_from_slice(ours_flags);
+            assert_same(&context, &convert(f, run, &raw_flags), &expected);
+            assert_same(
+                &format!("{context} (demangled)"),
+                &convert(f, run, ours_flags),
+                &demangle_names(&expected),
+            );
+        }
+    }
+}
+
+#[test]
+fn rust_fixture_matches_llvm_cov() {
+    check_fixture("rust");
+}
+
+#[test]
+fn c_clang19_fixture_matches_llvm_cov() {
+    check_fixture("c-clang19");
+}
+
+#[test]
+fn c_clang14_fixture_matches_llvm_cov() {
+    check_fixture("c-clang14");
+}
+
+#[test]
+fn cpp_fixture_matches_llvm_cov() {
+    check_fixture("cpp");
+}
+
+#[test]
+fn shared_object_fixture_matches_llvm_cov() {
+    check_fixture("sharedlib");
+}
