@@ -8,7 +8,9 @@
 //! `CoverageMapping.cpp` of LLVM 22 step by step, because LCOV numbers are
 //! only identical to llvm-cov's when every tie is broken the same way.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::mapping::{Counter, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
 use crate::profile::Lookup;
@@ -103,7 +105,7 @@ pub struct Coverage<'m> {
     pub functions: Vec<FunctionRecord>,
     /// Functions whose structural hash differs from the profile's: dropped.
     pub mismatched: Vec<(String, u64)>,
-    by_file: HashMap<FileName, Vec<usize>>,
+    by_file: FxHashMap<FileName, Vec<usize>>,
 }
 
 impl<'m> Coverage<'m> {
@@ -112,9 +114,11 @@ impl<'m> Coverage<'m> {
             mapping,
             functions: Vec::new(),
             mismatched: Vec::new(),
-            by_file: HashMap::new(),
+            by_file: FxHashMap::default(),
         };
-        let mut provenance: HashSet<(Vec<FileName>, String)> = HashSet::new();
+        // (files, name) pairs already loaded: a later record of the same
+        // function from another object is a duplicate.
+        let mut provenance: FxHashSet<(&[FileName], &str)> = FxHashSet::default();
         for f in &mapping.functions {
             let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
                 Lookup::Found { counters, .. } => counters,
@@ -131,10 +135,11 @@ impl<'m> Coverage<'m> {
             if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
                 continue;
             }
-            let Some(record) = count_regions(f.name_without_prefix(mapping), f, counts) else {
+            let name = f.name_without_prefix(mapping);
+            let Some(record) = count_regions(name, f, counts) else {
                 continue;
             };
-            if !provenance.insert((f.filenames.clone(), record.name.clone())) {
+            if !provenance.insert((&f.filenames, name)) {
                 continue;
             }
             let index = coverage.functions.len();
@@ -165,7 +170,10 @@ impl<'m> Coverage<'m> {
 
     /// Functions defined in `file` (their first file), in load order.
     pub fn functions_in(&self, file: FileName) -> impl Iterator<Item = &FunctionRecord> {
-        self.functions.iter().filter(move |f| f.filenames.first() == Some(&file))
+        self.functions_touching(file)
+            .iter()
+            .map(|&i| &self.functions[i])
+            .filter(move |f| f.filenames.first() == Some(&file))
     }
 
     /// Coverage of every region of every function that maps into `file`.
@@ -239,15 +247,14 @@ impl crate::mapping::FunctionMapping {
     /// The name llvm-cov shows: without the `\x01` marker and without the
     /// `file:` prefix clang gives local symbols, when the prefix is exactly
     /// the function's first file name.
-    fn name_without_prefix(&self, mapping: &CoverageMapping) -> String {
+    fn name_without_prefix<'a>(&'a self, mapping: &CoverageMapping) -> &'a str {
         let name = self.name.strip_prefix('\u{1}').unwrap_or(&self.name);
         if let Some(&file) = self.filenames.first() {
-            let file = mapping.file_name(file);
-            if let Some(rest) = name.strip_prefix(file) {
-                return rest.get(1..).unwrap_or("").to_owned();
+            if let Some(rest) = name.strip_prefix(mapping.file_name(file)) {
+                return rest.get(1..).unwrap_or("");
             }
         }
-        name.to_owned()
+        name
     }
 }
 
@@ -329,10 +336,10 @@ impl<'a> Evaluator<'a> {
     }
 }
 
-fn count_regions(name: String, f: &crate::mapping::FunctionMapping, counts: &[u64]) -> Option<FunctionRecord> {
+fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]) -> Option<FunctionRecord> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
     let mut record = FunctionRecord {
-        name,
+        name: name.to_owned(),
         filenames: f.filenames.clone(),
         regions: Vec::new(),
         branches: Vec::new(),
@@ -366,7 +373,8 @@ fn count_regions(name: String, f: &crate::mapping::FunctionMapping, counts: &[u6
 pub fn build_segments(mut regions: Vec<CountedRegion>) -> Vec<Segment> {
     // Outer regions first; among equal extents code before expansion before
     // skipped, so the right region becomes active when they are combined.
-    regions.sort_by(|a, b| {
+    // Ties (same extent and kind) are summed below, so the sort need not be stable.
+    regions.sort_unstable_by(|a, b| {
         a.start()
             .cmp(&b.start())
             .then_with(|| b.end().cmp(&a.end()))

@@ -7,6 +7,7 @@
 //! summaries rather than from the `DA` lines (see `docs/formats.md`).
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex::Regex;
 
@@ -26,6 +27,8 @@ pub struct Options {
     pub summary_only: bool,
     /// Written as `TN:` before each record when set.
     pub test_name: Option<String>,
+    /// Threads to write file records on (0 or 1: the calling thread only).
+    pub threads: usize,
 }
 
 /// Counts of one function (or an instantiation group, or a file).
@@ -69,15 +72,47 @@ impl Summary {
 
 /// Writes the LCOV report of `coverage`.
 pub fn write(coverage: &Coverage<'_>, options: &Options) -> String {
-    let mut out = String::new();
-    for file in coverage.source_files() {
-        let name = coverage.mapping.file_name(file);
-        if options.ignore_filename_regex.iter().any(|re| re.is_match(name)) {
-            continue;
+    let files: Vec<FileName> = coverage
+        .source_files()
+        .into_iter()
+        .filter(|&f| {
+            let name = coverage.mapping.file_name(f);
+            !options.ignore_filename_regex.iter().any(|re| re.is_match(name))
+        })
+        .collect();
+    let threads = options.threads.clamp(1, files.len().max(1));
+    if threads == 1 {
+        let mut out = String::new();
+        for file in files {
+            write_file(&mut out, coverage, file, options);
         }
-        write_file(&mut out, coverage, file, options);
+        return out;
     }
-    out
+    // Files take very different times: threads take the next file from a
+    // shared index, and the records are joined in file order.
+    let next = AtomicUsize::new(0);
+    let mut records: Vec<(usize, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&file) = files.get(i) else { break done };
+                        let mut out = String::new();
+                        write_file(&mut out, coverage, file, options);
+                        done.push((i, out));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+            .collect()
+    });
+    records.sort_unstable_by_key(|(i, _)| *i);
+    records.into_iter().map(|(_, r)| r).collect()
 }
 
 fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options: &Options) {

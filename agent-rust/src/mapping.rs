@@ -11,6 +11,9 @@
 //! are read; see `docs/formats.md`.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
@@ -35,7 +38,7 @@ pub type FileName = u32;
 pub struct CoverageMapping {
     /// Interned file names; `FileName` indexes this.
     pub files: Vec<String>,
-    file_ids: HashMap<String, FileName>,
+    file_ids: FxHashMap<String, FileName>,
     /// Functions in the order llvm-cov loads them.
     pub functions: Vec<FunctionMapping>,
 }
@@ -172,7 +175,7 @@ impl CoverageMapping {
         let covfun = section("__llvm_covfun")?.unwrap_or_default();
         let names = section("__llvm_prf_names")?.unwrap_or_default();
         let names = profile::decode_names(&names).map_err(|e| e.context("section __llvm_prf_names"))?;
-        let names: HashMap<u64, String> =
+        let names: FxHashMap<u64, String> =
             names.into_iter().map(|n| (profile::name_ref(&n), n)).collect();
         self.add_sections(&covmap, &covfun, &names, endian)?;
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
@@ -180,11 +183,11 @@ impl CoverageMapping {
 
     /// Decodes `__llvm_covmap` and `__llvm_covfun` section contents.
     /// `names` maps a name reference to its function name.
-    pub fn add_sections(
+    pub fn add_sections<S: BuildHasher>(
         &mut self,
         covmap: &[u8],
         covfun: &[u8],
-        names: &HashMap<u64, String>,
+        names: &HashMap<u64, String, S>,
         endian: Endian,
     ) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
@@ -226,17 +229,17 @@ impl CoverageMapping {
         Ok(tables)
     }
 
-    fn read_covfun(
+    fn read_covfun<S: BuildHasher>(
         &mut self,
         covfun: &[u8],
         tables: &FilenameTables,
-        names: &HashMap<u64, String>,
+        names: &HashMap<u64, String, S>,
         endian: Endian,
     ) -> Result<()> {
         // Index of each name reference's record among this object's
         // functions: LLVM keeps the first record of a name, except that a
         // dummy record is replaced by a later real one.
-        let mut by_name: HashMap<u64, (usize, bool)> = HashMap::new();
+        let mut by_name: FxHashMap<u64, (usize, bool)> = FxHashMap::default();
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
         while bytes.remaining() > 0 {
             let record_at = bytes.position();
@@ -328,7 +331,7 @@ fn check_version(stored: u32) -> Result<()> {
 /// `None` marks a hash shared by two different tables.
 #[derive(Default)]
 struct FilenameTables {
-    by_hash: HashMap<u64, Option<Vec<FileName>>>,
+    by_hash: FxHashMap<u64, Option<Vec<FileName>>>,
 }
 
 impl FilenameTables {

@@ -37,7 +37,10 @@ mod real_profiles;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use rustc_hash::FxHashMap;
+use std::sync::Arc;
 
 pub use crate::bytes::Endian;
 use crate::error::{Error, Result};
@@ -59,7 +62,7 @@ pub struct RawProfile {
     /// One entry per data record, in section order.
     pub records: Vec<FunctionCounters>,
     /// The function names of the module's names section, in order.
-    pub names: Vec<String>,
+    pub names: Arc<[String]>,
 }
 
 /// The counters of one function (one data record).
@@ -235,7 +238,25 @@ impl RecordLayout {
 /// may follow. A counter above 2^56 is an error, as llvm-profdata refuses
 /// such a profile as corrupted.
 pub fn read_raw_profiles(data: &[u8]) -> Result<Vec<RawProfile>> {
-    raw::read_all(data)
+    ProfileReader::new().read(data)
+}
+
+/// Reads many raw profile files of one binary, decoding their (identical)
+/// names sections once.
+#[derive(Debug, Default)]
+pub struct ProfileReader {
+    names: raw::NamesCache,
+}
+
+impl ProfileReader {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// As [`read_raw_profiles`].
+    pub fn read(&mut self, data: &[u8]) -> Result<Vec<RawProfile>> {
+        raw::read_all(data, &mut self.names)
+    }
 }
 
 /// Decodes data records from the byte images of a module's `__llvm_prf_data`
@@ -302,12 +323,27 @@ struct Entry {
 /// scheduling.
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
-    by_name: HashMap<u64, Vec<Entry>>,
+    by_name: FxHashMap<u64, Vec<Entry>>,
+    /// The names of the last profile added, by name reference.
+    names: NameIndex,
     unnamed: Vec<Entry>,
     variant: Option<Variant>,
     profiles: usize,
     warnings: Vec<String>,
     suppressed: usize,
+}
+
+#[derive(Clone, Debug, Default)]
+struct NameIndex {
+    list: Arc<[String]>,
+    by_ref: FxHashMap<u64, usize>,
+}
+
+impl NameIndex {
+    fn new(list: Arc<[String]>) -> Self {
+        let by_ref = list.iter().enumerate().map(|(i, n)| (name_ref(n), i)).collect();
+        NameIndex { list, by_ref }
+    }
 }
 
 /// Warnings kept before further ones are only counted.
@@ -365,16 +401,16 @@ impl Counters {
         self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
         self.profiles += 1;
 
-        let names: HashMap<u64, &str> = profile
-            .names
-            .iter()
-            .map(|n| (name_ref(n), n.as_str()))
-            .collect();
+        // Profiles of one binary carry the same names: hash them once.
+        if !Arc::ptr_eq(&profile.names, &self.names.list) && profile.names != self.names.list {
+            self.names = NameIndex::new(profile.names);
+        }
+        let names = &self.names;
         let mut unresolved = HashSet::new();
         let mut pending = Vec::new();
         for record in profile.records {
-            let (group, name) = match names.get(&record.name_ref) {
-                Some(name) => (self.by_name.entry(record.name_ref).or_default(), *name),
+            let (group, name) = match names.by_ref.get(&record.name_ref) {
+                Some(&i) => (self.by_name.entry(record.name_ref).or_default(), names.list[i].as_str()),
                 None => {
                     unresolved.insert(record.name_ref);
                     (&mut self.unnamed, "")

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use livecov::coverage::Coverage;
 use livecov::lcov;
 use livecov::mapping::CoverageMapping;
-use livecov::profile::{self, Counters};
+use livecov::profile::{Counters, ProfileReader};
 
 #[derive(clap::Args)]
 #[command(
@@ -64,47 +64,20 @@ pub fn run(args: Args) -> Result<()> {
         skip_branches: args.skip_branches,
         summary_only: args.summary_only,
         test_name: None,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
 
-    let mut mapping = CoverageMapping::new();
-    let mut build_ids = Vec::new();
-    let mut found = false;
-    for path in std::iter::once(&args.binary).chain(&args.objects) {
-        let image = read(path)?;
-        let info = mapping
-            .add_object(&image)
-            .with_context(|| format!("reading the coverage mapping of {}", path.display()))?;
-        match info {
-            Some(info) => {
-                found = true;
-                if let Some(id) = info.build_id {
-                    build_ids.push((path.clone(), id));
-                }
-            }
-            None => eprintln!(
-                "livecov: warning: {} has no coverage mapping (__llvm_covmap); was it built with \
-                 -C instrument-coverage or -fprofile-instr-generate -fcoverage-mapping?",
-                path.display()
-            ),
-        }
-    }
-    if !found {
-        bail!(
-            "no coverage mapping found in {}: build with -C instrument-coverage (Rust) or \
-             -fprofile-instr-generate -fcoverage-mapping (clang), and do not strip it with llvm-strip",
-            args.binary.display()
-        );
-    }
-
-    let mut counters = Counters::new();
-    for path in &args.profraw {
-        let data = read(path)?;
-        let profiles = profile::read_raw_profiles(&data)
-            .with_context(|| format!("reading raw profile {}", path.display()))?;
-        for p in profiles {
-            check_binary_ids(path, &p.binary_ids, &build_ids)?;
-            counters.add(p).with_context(|| format!("merging raw profile {}", path.display()))?;
-        }
+    // The mapping and the profiles are independent: read them side by side.
+    let (mapping, profiles) = std::thread::scope(|scope| {
+        let mapping = scope.spawn(|| load_mapping(&args.binary, &args.objects));
+        let profiles = load_profiles(&args.profraw);
+        let mapping = mapping.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (mapping, profiles)
+    });
+    let (mapping, build_ids) = mapping?;
+    let (counters, profile_ids) = profiles?;
+    for (path, ids) in &profile_ids {
+        check_binary_ids(path, ids, &build_ids)?;
     }
     for w in counters.warnings() {
         eprintln!("livecov: warning: {w}");
@@ -123,6 +96,71 @@ pub fn run(args: Args) -> Result<()> {
         None => std::io::stdout().lock().write_all(report.as_bytes()).context("writing to standard output")?,
     }
     Ok(())
+}
+
+/// Reads the coverage mapping of the binary and the extra objects, with the
+/// build id of each object that has one.
+fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, Vec<(PathBuf, Vec<u8>)>)> {
+    let mut mapping = CoverageMapping::new();
+    let mut build_ids = Vec::new();
+    let mut found = false;
+    for path in std::iter::once(binary).chain(objects.iter().map(PathBuf::as_path)) {
+        let image = map(path)?;
+        let info = mapping
+            .add_object(&image)
+            .with_context(|| format!("reading the coverage mapping of {}", path.display()))?;
+        match info {
+            Some(info) => {
+                found = true;
+                if let Some(id) = info.build_id {
+                    build_ids.push((path.to_owned(), id));
+                }
+            }
+            None => eprintln!(
+                "livecov: warning: {} has no coverage mapping (__llvm_covmap); was it built with \
+                 -C instrument-coverage or -fprofile-instr-generate -fcoverage-mapping?",
+                path.display()
+            ),
+        }
+    }
+    if !found {
+        bail!(
+            "no coverage mapping found in {}: build with -C instrument-coverage (Rust) or \
+             -fprofile-instr-generate -fcoverage-mapping (clang), and do not strip it with llvm-strip",
+            binary.display()
+        );
+    }
+    Ok((mapping, build_ids))
+}
+
+/// Reads and merges the raw profiles; returns the binary ids each profile
+/// names, for checking against the objects.
+#[allow(clippy::type_complexity)]
+fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, Vec<(PathBuf, Vec<Vec<u8>>)>)> {
+    let mut counters = Counters::new();
+    let mut reader = ProfileReader::new();
+    let mut ids = Vec::new();
+    for path in paths {
+        let data = read(path)?;
+        let profiles = reader
+            .read(&data)
+            .with_context(|| format!("reading raw profile {}", path.display()))?;
+        for p in profiles {
+            ids.push((path.clone(), p.binary_ids.clone()));
+            counters.add(p).with_context(|| format!("merging raw profile {}", path.display()))?;
+        }
+    }
+    Ok((counters, ids))
+}
+
+/// Maps an object file rather than reading it: only its headers and the
+/// coverage sections are touched, a small part of a binary with debug info.
+fn map(path: &Path) -> Result<memmap2::Mmap> {
+    let file = fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // Safety: the mapping is read-only and private to this process; a file
+    // truncated underneath would fault, which a coverage build being
+    // replaced while it is converted is not worth guarding against.
+    unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -6,6 +6,8 @@
 //! (`InstrProfilingWriter.c`) and the checks of `RawInstrProfReader`
 //! (`InstrProfReader.cpp`) for the versions listed in [`SUPPORTED`].
 
+use std::sync::Arc;
+
 use super::names::decode_names_at;
 use super::{FunctionCounters, RawProfile, RecordLayout, Variant};
 use crate::bytes::{Bytes, Endian};
@@ -343,7 +345,7 @@ fn read_bitmap(
 }
 
 /// Reads every profile in `data` (several may be concatenated).
-pub(crate) fn read_all(data: &[u8]) -> Result<Vec<RawProfile>> {
+pub(crate) fn read_all(data: &[u8], names_cache: &mut NamesCache) -> Result<Vec<RawProfile>> {
     let mut profiles = Vec::new();
     if data.is_empty() {
         // llvm-profdata skips empty raw profiles silently.
@@ -353,7 +355,7 @@ pub(crate) fn read_all(data: &[u8]) -> Result<Vec<RawProfile>> {
     let first_magic = data.get(..8).unwrap_or(&[]);
     let mut pos = 0usize;
     loop {
-        let (profile, end) = read_one(data, pos, is_64, endian)?;
+        let (profile, end) = read_one(data, pos, is_64, endian, names_cache)?;
         profiles.push(profile);
         pos = end;
         while data.get(pos) == Some(&0) {
@@ -439,7 +441,13 @@ struct Header {
 }
 
 /// Reads the profile starting at `start`; returns it and where it ends.
-fn read_one(data: &[u8], start: usize, is_64: bool, endian: Endian) -> Result<(RawProfile, usize)> {
+fn read_one(
+    data: &[u8],
+    start: usize,
+    is_64: bool,
+    endian: Endian,
+    names_cache: &mut NamesCache,
+) -> Result<(RawProfile, usize)> {
     let rest = data.get(start..).unwrap_or(&[]);
     let mut cur = Bytes::new(rest, start as u64, endian, "raw profile header");
     let _magic = cur.u64()?;
@@ -541,7 +549,7 @@ fn read_one(data: &[u8], start: usize, is_64: bool, endian: Endian) -> Result<(R
         "raw profile padding after vtable names",
     )?;
 
-    let names = decode_names_at(names.bytes, names.base, "raw profile names")?;
+    let names = names_cache.decode(names.bytes, names.base)?;
     // llvm-profdata decodes the vtable names too, and refuses bad ones.
     decode_names_at(vnames.bytes, vnames.base, "raw profile vtable names")?;
 
@@ -711,4 +719,27 @@ fn value_data_size(data: &[u8], pos: usize, endian: Endian, kinds: usize) -> Res
         blob.skip(value_bytes)?;
     }
     Ok(total)
+}
+
+/// The names section last decoded. The profiles of one binary carry the
+/// same names, and inflating them again for every profile would be most of
+/// the work of reading it.
+#[derive(Debug, Default)]
+pub(crate) struct NamesCache {
+    raw: Vec<u8>,
+    names: Option<Arc<[String]>>,
+}
+
+impl NamesCache {
+    fn decode(&mut self, raw: &[u8], base: u64) -> Result<Arc<[String]>> {
+        if let Some(names) = &self.names {
+            if self.raw == raw {
+                return Ok(names.clone());
+            }
+        }
+        let names: Arc<[String]> = decode_names_at(raw, base, "raw profile names")?.into();
+        self.raw = raw.to_vec();
+        self.names = Some(names.clone());
+        Ok(names)
+    }
 }

@@ -406,7 +406,7 @@ fn every_version_and_layout() {
                 let p = &profiles[0];
                 assert_eq!(p.version, version);
                 assert!(!p.byte_coverage);
-                assert_eq!(p.names, ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
+                assert_eq!(*p.names, ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
                 assert_eq!(p.binary_ids, s.binary_ids);
                 assert_eq!(
                     counters_of(p),
@@ -475,7 +475,7 @@ fn llvm_32_bit_test_vector() {
             (name_ref("bar"), 2, vec![0x37, 0x41], vec![0x2a])
         ]
     );
-    assert_eq!(p[0].names, ["foo", "bar"]);
+    assert_eq!(*p[0].names, ["foo", "bar"]);
 }
 
 #[test]
@@ -546,7 +546,7 @@ fn value_data_is_skipped_and_checked() {
                     .collect::<Vec<_>>(),
                 [4, 5, 6]
             );
-            assert_eq!(ps[1].names, ["z"]);
+            assert_eq!(*ps[1].names, ["z"]);
 
             // A value blob that claims more than the file holds.
             let mut bad = one.clone();
@@ -626,7 +626,7 @@ fn compressed_names_vtables_and_extra_names() {
         s.is_64 = is_64;
         let p = &read_raw_profiles(&write(&s)).unwrap()[0];
         assert_eq!(
-            p.names,
+            *p.names,
             ["main", "foo.c:helper", "unused", "_RNvCs123_4core3bar"]
         );
         assert_eq!(counters_of(p), expected(&s.fns, 10));
@@ -1007,7 +1007,7 @@ fn profile(records: &[(&str, u64, &[u64], &[u8])]) -> RawProfile {
                 bitmap: b.to_vec(),
             })
             .collect(),
-        names,
+        names: names.into(),
     }
 }
 
