@@ -11,6 +11,8 @@
 //!   memory implements [`coverage::CounterSource`] the same way);
 //! - [`coverage`] and [`lcov`]: the computation and the report.
 
+#[cfg(feature = "agent")]
+pub mod agent;
 mod bytes;
 pub mod coverage;
 pub mod error;
@@ -18,5 +20,7 @@ pub mod lcov;
 pub mod mapping;
 pub mod profile;
 
+#[cfg(feature = "agent")]
+pub use agent::{start, start_with, Config};
 pub use bytes::Endian;
 pub use error::{Error, Result};

@@ -32,6 +32,7 @@
 
 mod names;
 mod raw;
+mod write;
 #[cfg(test)]
 mod real_profiles;
 #[cfg(test)]
@@ -45,6 +46,7 @@ use std::sync::Arc;
 pub use crate::bytes::Endian;
 use crate::error::{Error, Result};
 pub use names::{decode_names, name_ref, name_ref_bytes};
+pub use write::{write_raw_profile, ModuleImage};
 
 /// One raw profile: what one instrumented module (executable or shared
 /// object) wrote when it exited or dumped.
@@ -146,6 +148,22 @@ impl Variant {
             function_entry_only: flags & FUNCTION_ENTRY_ONLY != 0,
             temporal: flags & TEMPORAL != 0,
         })
+    }
+
+    /// The flag bits of a version word with this variant.
+    pub fn to_flags(self) -> u64 {
+        [
+            (self.ir, IR),
+            (self.context_sensitive, CONTEXT_SENSITIVE),
+            (self.instr_entry, INSTR_ENTRY),
+            (self.loop_entries, LOOP_ENTRIES),
+            (self.byte_coverage, BYTE_COVERAGE),
+            (self.function_entry_only, FUNCTION_ENTRY_ONLY),
+            (self.temporal, TEMPORAL),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |flags, (_, bit)| flags | bit)
     }
 
     fn union(self, other: Variant) -> Variant {

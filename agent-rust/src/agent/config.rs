@@ -1,0 +1,157 @@
+//! The agent's configuration: the `LIVECOV_*` environment, or code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use regex::Regex;
+
+/// Sources no report wants: toolchain and package-registry code.
+pub const DEFAULT_IGNORE: &str =
+    r"/rustc/|/\.cargo/registry/|/\.cargo/git/|^/usr/include/|^/usr/lib/|/node_modules/|/site-packages/";
+
+/// How the agent runs. [`Config::from_env`] reads the environment;
+/// programs that configure livecov in code fill it in themselves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The coverage directory: `sockets/` and `reports/` are made in it.
+    pub dir: Option<PathBuf>,
+    /// A TCP address for the same API (`LIVECOV_LISTEN`).
+    pub listen: Option<SocketAddr>,
+    /// Bearer token required on TCP.
+    pub token: Option<String>,
+    /// Files left out of reports (`LIVECOV_IGNORE`).
+    pub ignore: Regex,
+    /// Function names demangled (`LIVECOV_DEMANGLE=0` turns it off).
+    pub demangle: bool,
+    /// Period of report writes (`LIVECOV_FLUSH_SECS`); none when `None`.
+    pub flush_every: Option<Duration>,
+    /// `SF:` path prefix rewrites (`LIVECOV_PATH_MAP=from=to,...`).
+    pub path_map: Vec<(String, String)>,
+    /// Mode of the socket file (`LIVECOV_SOCKET_MODE`, octal; 0600).
+    pub socket_mode: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            dir: None,
+            listen: None,
+            token: None,
+            ignore: Regex::new(DEFAULT_IGNORE).expect("the default ignore pattern is valid"),
+            demangle: true,
+            flush_every: None,
+            path_map: Vec::new(),
+            socket_mode: 0o600,
+        }
+    }
+}
+
+impl Config {
+    /// The configuration the environment asks for, `Ok(None)` when neither
+    /// `LIVECOV_DIR` nor `LIVECOV_LISTEN` is set (the agent then stays off).
+    pub fn from_env() -> Result<Option<Config>, String> {
+        Self::from_vars(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
+        let dir = var("LIVECOV_DIR").map(PathBuf::from);
+        let listen = match var("LIVECOV_LISTEN") {
+            None => None,
+            Some(v) => Some(v.parse().map_err(|_| {
+                format!("LIVECOV_LISTEN={v:?} is not an address such as 0.0.0.0:9464 or 127.0.0.1:9464")
+            })?),
+        };
+        if dir.is_none() && listen.is_none() {
+            return Ok(None);
+        }
+        let mut config = Config { dir, listen, ..Config::default() };
+        config.token = match (var("LIVECOV_TOKEN"), var("LIVECOV_TOKEN_FILE")) {
+            (Some(t), _) => Some(t),
+            (None, Some(path)) => Some(
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("LIVECOV_TOKEN_FILE={path}: {e}"))?
+                    .trim()
+                    .to_owned(),
+            ),
+            (None, None) => None,
+        };
+        if let Some(re) = var("LIVECOV_IGNORE") {
+            config.ignore = Regex::new(&re).map_err(|e| format!("LIVECOV_IGNORE is not a valid regular expression: {e}"))?;
+        }
+        config.demangle = var("LIVECOV_DEMANGLE").is_none_or(|v| v != "0");
+        if let Some(secs) = var("LIVECOV_FLUSH_SECS") {
+            let secs: f64 = secs
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| format!("LIVECOV_FLUSH_SECS={secs:?} is not a positive number of seconds"))?;
+            config.flush_every = Some(Duration::from_secs_f64(secs));
+        }
+        if let Some(map) = var("LIVECOV_PATH_MAP") {
+            for pair in map.split(',').filter(|p| !p.is_empty()) {
+                let (from, to) = pair
+                    .split_once('=')
+                    .ok_or_else(|| format!("LIVECOV_PATH_MAP entry {pair:?} is not from=to"))?;
+                config.path_map.push((from.to_owned(), to.to_owned()));
+            }
+        }
+        if let Some(mode) = var("LIVECOV_SOCKET_MODE") {
+            config.socket_mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| format!("LIVECOV_SOCKET_MODE={mode:?} is not an octal file mode such as 0600"))?;
+        }
+        Ok(Some(config))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Option<Config>, String> {
+        let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_vars(|n| vars.get(n).cloned())
+    }
+
+    #[test]
+    fn off_without_dir_or_listen() {
+        assert!(config(&[("LIVECOV_TOKEN", "x")]).unwrap().is_none());
+    }
+
+    #[test]
+    fn reads_every_variable() {
+        let c = config(&[
+            ("LIVECOV_DIR", "/cov"),
+            ("LIVECOV_LISTEN", "127.0.0.1:9464"),
+            ("LIVECOV_TOKEN", "s3cret"),
+            ("LIVECOV_IGNORE", "vendor/"),
+            ("LIVECOV_DEMANGLE", "0"),
+            ("LIVECOV_FLUSH_SECS", "2.5"),
+            ("LIVECOV_PATH_MAP", "/build=/src,/a=/b"),
+            ("LIVECOV_SOCKET_MODE", "0660"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.dir, Some(PathBuf::from("/cov")));
+        assert_eq!(c.listen, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.token.as_deref(), Some("s3cret"));
+        assert!(c.ignore.is_match("x/vendor/y.rs"));
+        assert!(!c.demangle);
+        assert_eq!(c.flush_every, Some(Duration::from_millis(2500)));
+        assert_eq!(c.path_map, vec![("/build".into(), "/src".into()), ("/a".into(), "/b".into())]);
+        assert_eq!(c.socket_mode, 0o660);
+    }
+
+    #[test]
+    fn bad_values_say_what_to_write() {
+        let err = config(&[("LIVECOV_DIR", "/c"), ("LIVECOV_FLUSH_SECS", "soon")]).unwrap_err();
+        assert!(err.contains("positive number of seconds"), "{err}");
+        let err = config(&[("LIVECOV_LISTEN", "9464")]).unwrap_err();
+        assert!(err.contains("0.0.0.0:9464"), "{err}");
+        let err = config(&[("LIVECOV_DIR", "/c"), ("LIVECOV_SOCKET_MODE", "rw")]).unwrap_err();
+        assert!(err.contains("octal"), "{err}");
+    }
+}

@@ -1,0 +1,265 @@
+//! Live counters to reports: the engine of `crate::coverage` fed from the
+//! process's own memory.
+//!
+//! The set of instrumented modules is looked up on every snapshot (cheap);
+//! their mappings are decoded when the set changes (start-up costs nothing,
+//! the first dump reads the files). A reset does not touch the program's
+//! counters: it records a baseline that later snapshots subtract, so the
+//! program's own exit profile stays whole.
+
+use regex::Regex;
+
+use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
+use crate::coverage::Coverage;
+use crate::error::{Error, Result};
+use crate::lcov;
+use crate::mapping::CoverageMapping;
+use crate::profile::{self, Counters, ModuleImage, RawProfile};
+
+/// Everything derived from the loaded modules, and the reset baseline.
+#[derive(Default)]
+pub struct Engine {
+    ids: Vec<ModuleId>,
+    modules: Vec<Module>,
+    mapping: CoverageMapping,
+    /// Per module: counter bytes at the last reset.
+    baseline: Vec<Option<Vec<u8>>>,
+}
+
+/// What a report includes.
+pub struct ReportOptions<'a> {
+    pub ignore: &'a [Regex],
+    pub demangle: bool,
+    pub test_name: Option<&'a str>,
+    pub path_map: &'a [(String, String)],
+}
+
+impl Engine {
+    /// Looks the modules up again; decodes what is new.
+    fn refresh(&mut self) -> Result<()> {
+        let ids = modules::loaded_modules();
+        if ids == self.ids {
+            return Ok(());
+        }
+        let mut modules = Vec::new();
+        let mut baseline = Vec::new();
+        let mut mapping = CoverageMapping::new();
+        for id in &ids {
+            let old = self.modules.iter().position(|m| m.id == *id);
+            let image = map_file(id)?;
+            let module = match old {
+                Some(i) => Some(self.modules.swap_remove(i)).map(|m| (m, self.baseline.swap_remove(i))),
+                None => modules::open_module(id, &image)?.map(|m| (m, None)),
+            };
+            let Some((module, base)) = module else { continue };
+            mapping.add_object(&image).map_err(|e| e.context(&id.path.display().to_string()))?;
+            modules.push(module);
+            baseline.push(base);
+        }
+        modules::publish_counter_ranges(modules.iter().map(Module::counter_range).collect::<Vec<CounterRange>>());
+        self.ids = ids;
+        self.modules = modules;
+        self.baseline = baseline;
+        self.mapping = mapping;
+        Ok(())
+    }
+
+    /// The executable never unloads; shared objects may.
+    fn is_main(&self, m: &Module) -> bool {
+        self.ids.first() == Some(&m.id)
+    }
+
+    /// The instrumented modules, as last looked up.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// Counters of every module now, minus the baseline.
+    fn snapshot(&mut self) -> Result<Vec<Snapshot>> {
+        self.refresh()?;
+        if self.modules.is_empty() {
+            return Err(Error::Unsupported(
+                "no instrumented module is loaded: build with -C instrument-coverage (Rust) or \
+                 -fprofile-instr-generate -fcoverage-mapping (clang)"
+                    .into(),
+            ));
+        }
+        let mut out = Vec::with_capacity(self.modules.len());
+        for (i, m) in self.modules.iter().enumerate() {
+            let Some(_pin) = Pin::new(&m.id, self.is_main(m)) else {
+                return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
+            };
+            // Safety: pinned above.
+            let mut snap = unsafe { m.snapshot() };
+            if let Some(base) = &self.baseline[i] {
+                subtract(&mut snap.counters, base);
+            }
+            out.push(snap);
+        }
+        Ok(out)
+    }
+
+    /// Makes the current counts the zero of later snapshots.
+    fn rebase(&mut self, snapshots: &[Snapshot]) {
+        for (i, snap) in snapshots.iter().enumerate() {
+            let m = &self.modules[i];
+            if m.layout.variant.byte_coverage {
+                // A covered byte cannot be told apart from one covered again:
+                // clear them in memory, as the runtime's reset does.
+                if let Some(_pin) = Pin::new(&m.id, self.is_main(m)) {
+                    // Safety: pinned.
+                    unsafe { m.zero() };
+                }
+                continue;
+            }
+            let mut absolute = snap.counters.clone();
+            if let Some(base) = &self.baseline[i] {
+                add(&mut absolute, base);
+            }
+            self.baseline[i] = Some(absolute);
+        }
+    }
+
+    /// Takes a snapshot (resetting after it when asked) and turns it into
+    /// counters the coverage engine reads.
+    fn counters(&mut self, reset: bool) -> Result<(Counters, Vec<Snapshot>)> {
+        let snapshots = self.snapshot()?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        let mut counters = Counters::new();
+        for (m, snap) in self.modules.iter().zip(&snapshots) {
+            let raw = RawProfile {
+                version: m.layout.version,
+                variant: m.layout.variant,
+                byte_coverage: m.layout.variant.byte_coverage,
+                binary_ids: m.build_id.iter().cloned().collect(),
+                records: m.records(snap)?,
+                names: m.names.clone(),
+            };
+            counters.add(raw)?;
+        }
+        Ok((counters, snapshots))
+    }
+
+    /// The LCOV report of the counts since start (or the last reset).
+    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
+        let (counters, _) = self.counters(reset)?;
+        let coverage = Coverage::new(&self.mapping, &counters);
+        let report = lcov::write(
+            &coverage,
+            &lcov::Options {
+                ignore_filename_regex: options.ignore.to_vec(),
+                no_demangle: !options.demangle,
+                test_name: options.test_name.map(str::to_owned),
+                ..lcov::Options::default()
+            },
+        );
+        Ok(map_paths(report, options.path_map))
+    }
+
+    /// A raw profile per module, concatenated, as the runtime would write
+    /// them now (counts since the last reset).
+    pub fn profraw(&mut self, reset: bool) -> Result<Vec<u8>> {
+        let snapshots = self.snapshot()?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        let mut out = Vec::new();
+        for (m, snap) in self.modules.iter().zip(&snapshots) {
+            if !m.layout.is_64 || m.layout.endian != crate::Endian::Little || m.layout.version < 8 {
+                return Err(Error::Unsupported(format!(
+                    "{}: raw profile version {} modules cannot be written as profraw by livecov (64-bit \
+                     little-endian, version 8 to 10 only); use format=lcov",
+                    m.id.path.display(),
+                    m.layout.version
+                )));
+            }
+            let binary_ids: Vec<Vec<u8>> = m.build_id.iter().cloned().collect();
+            profile::write_raw_profile(
+                &ModuleImage {
+                    layout: &m.layout,
+                    binary_ids: &binary_ids,
+                    data: &snap.data,
+                    counters: &snap.counters,
+                    bitmap: &snap.bitmap,
+                    names: &m.names_raw,
+                },
+                &mut out,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Records the current counts as the new zero.
+    pub fn reset(&mut self) -> Result<()> {
+        let snapshots = self.snapshot()?;
+        self.rebase(&snapshots);
+        Ok(())
+    }
+}
+
+fn map_file(id: &ModuleId) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(&id.path)
+        .map_err(|source| Error::Io { path: id.path.display().to_string(), source })?;
+    // Safety: read-only private mapping of the module's own file.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io { path: id.path.display().to_string(), source })
+}
+
+fn words(bytes: &mut [u8]) -> impl Iterator<Item = &mut [u8]> {
+    bytes.chunks_exact_mut(8)
+}
+
+fn subtract(counters: &mut [u8], base: &[u8]) {
+    for (c, b) in words(counters).zip(base.chunks_exact(8)) {
+        let v = u64::from_ne_bytes((&*c).try_into().unwrap_or([0; 8]))
+            .wrapping_sub(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+fn add(counters: &mut [u8], base: &[u8]) {
+    for (c, b) in words(counters).zip(base.chunks_exact(8)) {
+        let v = u64::from_ne_bytes((&*c).try_into().unwrap_or([0; 8]))
+            .wrapping_add(u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+/// Applies `from=to` prefix rewrites to `SF:` lines.
+fn map_paths(report: String, map: &[(String, String)]) -> String {
+    if map.is_empty() {
+        return report;
+    }
+    let mut out = String::with_capacity(report.len());
+    for line in report.split_inclusive('\n') {
+        let rewritten = line.strip_prefix("SF:").and_then(|path| {
+            map.iter().find_map(|(from, to)| path.strip_prefix(from.as_str()).map(|rest| format!("SF:{to}{rest}")))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_map_rewrites_only_source_lines() {
+        let report = "SF:/build/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n".to_owned();
+        let map = vec![("/build".to_owned(), "/src".to_owned())];
+        assert_eq!(map_paths(report, &map), "SF:/src/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n");
+    }
+
+    #[test]
+    fn baseline_arithmetic_round_trips() {
+        let mut c: Vec<u8> = [10u64, 5].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let base: Vec<u8> = [4u64, 5].iter().flat_map(|v| v.to_ne_bytes()).collect();
+        subtract(&mut c, &base);
+        assert_eq!(c[..8], 6u64.to_ne_bytes());
+        assert_eq!(c[8..], 0u64.to_ne_bytes());
+        add(&mut c, &base);
+        assert_eq!(c[..8], 10u64.to_ne_bytes());
+    }
+}

@@ -1,0 +1,292 @@
+//! The instrumented modules of this process, and their live counters.
+//!
+//! Every executable and shared object built with coverage carries its own
+//! copy of the profile runtime and its own `__llvm_prf_*` sections. They are
+//! found with `dl_iterate_phdr` (the module's load bias) and the section
+//! headers of the module's file; no runtime symbol is needed, so this works
+//! for any LLVM-instrumented module. What never changes (the data records,
+//! the names, the coverage mapping) is read once per module; a snapshot only
+//! copies the counters, with relaxed atomic loads because the program's
+//! threads keep counting meanwhile.
+
+use std::ffi::CStr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+
+use crate::error::{Error, Result};
+use crate::profile::{self, FunctionCounters, RecordLayout};
+use crate::Endian;
+
+/// Where a loaded module is and what its file says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleId {
+    /// The file the module was loaded from (`/proc/self/exe` resolved for
+    /// the executable).
+    pub path: PathBuf,
+    /// Load bias: run-time address minus link-time address.
+    pub bias: usize,
+}
+
+/// An instrumented module: its static facts, read from its file once.
+#[derive(Debug)]
+pub struct Module {
+    pub id: ModuleId,
+    pub build_id: Option<Vec<u8>>,
+    pub layout: RecordLayout,
+    /// Run-time address and size of `__llvm_prf_cnts`.
+    counters: (usize, usize),
+    /// Run-time address and size of `__llvm_prf_bits` (empty before v9).
+    bitmap: (usize, usize),
+    /// Run-time address and size of `__llvm_prf_data`.
+    data: (usize, usize),
+    /// The module's function names (from `__llvm_prf_names`).
+    pub names: std::sync::Arc<[String]>,
+    /// Raw `__llvm_prf_names`, for writing raw profiles.
+    pub names_raw: Vec<u8>,
+}
+
+/// Counter values of one module at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The counter section's bytes, as the program would write them.
+    pub counters: Vec<u8>,
+    pub bitmap: Vec<u8>,
+    /// The data section's bytes (constant for version 8 and later).
+    pub data: Vec<u8>,
+}
+
+/// Lists the modules loaded now, executable first, in load order.
+pub fn loaded_modules() -> Vec<ModuleId> {
+    let mut out: Vec<ModuleId> = Vec::new();
+    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut libc::c_void) -> libc::c_int {
+        // Safety: dl_iterate_phdr passes a valid info for the call and our
+        // own pointer back as `data`.
+        let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<ModuleId>)) };
+        let name = if info.dlpi_name.is_null() {
+            ""
+        } else {
+            // Safety: a NUL-terminated string owned by the dynamic loader.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_str().unwrap_or("")
+        };
+        let path = if out.is_empty() && name.is_empty() {
+            std::fs::read_link("/proc/self/exe").unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+        } else if name.is_empty() || name.starts_with("linux-vdso") {
+            return 0;
+        } else {
+            PathBuf::from(name)
+        };
+        out.push(ModuleId { path, bias: info.dlpi_addr as usize });
+        0
+    }
+    // Safety: the callback only reads what the loader hands it.
+    unsafe {
+        libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<ModuleId> as *mut libc::c_void);
+    }
+    out
+}
+
+/// The sections of an instrumented module, found in its file. `Ok(None)`
+/// for a module without coverage counters (not instrumented).
+pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
+    use object::{Object, ObjectSection};
+
+    let file = object::File::parse(image)
+        .map_err(|e| Error::malformed(id.path.display().to_string(), 0, format!("not a readable object file: {e}")))?;
+    let section = |name: &str| file.section_by_name(name);
+    let Some(cnts) = section("__llvm_prf_cnts") else { return Ok(None) };
+    let Some(data) = section("__llvm_prf_data") else { return Ok(None) };
+    let names_raw = match section("__llvm_prf_names") {
+        Some(s) => s.uncompressed_data().map(|d| d.into_owned()).unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let bits = section("__llvm_prf_bits");
+    let at = |address: u64| id.bias.wrapping_add(address as usize);
+    let endian = if file.is_little_endian() { Endian::Little } else { Endian::Big };
+    let is_64 = file.is_64();
+
+    let data_address = at(data.address());
+    let counters_address = at(cnts.address());
+    let bitmap_address = bits.as_ref().map_or(0, |b| at(b.address()));
+    let version_word = raw_version(&file, endian).unwrap_or_else(|| guess_version(&file));
+    let layout = RecordLayout::for_module(
+        version_word,
+        is_64,
+        endian,
+        data_address as u64,
+        counters_address as u64,
+        bitmap_address as u64,
+    )
+    .map_err(|e| e.context(&id.path.display().to_string()))?;
+    let names = profile::decode_names(&names_raw)
+        .map_err(|e| e.context(&format!("{}: __llvm_prf_names", id.path.display())))?
+        .into();
+    Ok(Some(Module {
+        id: id.clone(),
+        build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec),
+        layout,
+        counters: (counters_address, cnts.size() as usize),
+        bitmap: (bitmap_address, bits.map_or(0, |b| b.size() as usize)),
+        data: (data_address, data.size() as usize),
+        names,
+        names_raw,
+    }))
+}
+
+/// The module's `__llvm_profile_raw_version`, read from its file: the
+/// symbol is hidden, but the static symbol table still names it unless the
+/// module was stripped.
+fn raw_version(file: &object::File<'_>, endian: Endian) -> Option<u64> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let symbol = file.symbols().find(|s| s.name() == Ok("__llvm_profile_raw_version"))?;
+    let section = file.section_by_index(symbol.section_index()?).ok()?;
+    let bytes = section.data_range(symbol.address(), 8).ok()??;
+    let bytes: [u8; 8] = bytes.try_into().ok()?;
+    Some(match endian {
+        Endian::Little => u64::from_le_bytes(bytes),
+        Endian::Big => u64::from_be_bytes(bytes),
+    })
+}
+
+/// Without symbols, the coverage mapping version tells which LLVM built
+/// the module, and so its raw profile version.
+fn guess_version(file: &object::File<'_>) -> u64 {
+    use object::{Object, ObjectSection};
+    let mapping_version = file
+        .section_by_name("__llvm_covmap")
+        .and_then(|s| s.data().ok().and_then(|d| d.get(12..16).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))));
+    match mapping_version {
+        Some(v) if v >= 6 => 10,
+        Some(5) => 8,
+        _ => 5,
+    }
+}
+
+impl Module {
+    /// Copies the counters (and bitmap) now.
+    ///
+    /// Safety: the module must stay loaded while this runs (the caller pins
+    /// shared objects with `dlopen(RTLD_NOLOAD)`).
+    pub unsafe fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            counters: unsafe { read_live(self.counters, self.layout.variant.byte_coverage) },
+            bitmap: unsafe { read_live(self.bitmap, true) },
+            data: unsafe { read_live(self.data, false) },
+        }
+    }
+
+    /// Decodes a snapshot into per-function counters.
+    pub fn records(&self, snapshot: &Snapshot) -> Result<Vec<FunctionCounters>> {
+        profile::decode_records(&self.layout, &snapshot.data, &snapshot.counters, &snapshot.bitmap)
+            .map_err(|e| e.context(&self.id.path.display().to_string()))
+    }
+
+    /// Sets every counter to its initial value (0, or 0xff for byte
+    /// coverage), as the runtime's own reset does.
+    ///
+    /// Safety: as [`Module::snapshot`].
+    pub unsafe fn zero(&self) {
+        unsafe { zero_range(self.counters.0, self.counters.1, self.layout.variant.byte_coverage) }
+    }
+
+    pub fn counter_range(&self) -> CounterRange {
+        CounterRange { start: self.counters.0, len: self.counters.1, byte_coverage: self.layout.variant.byte_coverage }
+    }
+}
+
+/// Copies `len` bytes at `address` with atomic loads: 8 bytes at a time
+/// where aligned (counters are u64), single bytes otherwise.
+unsafe fn read_live((address, len): (usize, usize), bytes_only: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut i = 0;
+    if !bytes_only && address % 8 == 0 {
+        while i + 8 <= len {
+            // Safety: inside a mapped section of a loaded module; counters
+            // are naturally aligned u64s that other threads update.
+            let v = unsafe { (*((address + i) as *const AtomicU64)).load(Ordering::Relaxed) };
+            out.extend_from_slice(&v.to_ne_bytes());
+            i += 8;
+        }
+    }
+    while i < len {
+        // Safety: as above, one byte at a time.
+        out.push(unsafe { (*((address + i) as *const AtomicU8)).load(Ordering::Relaxed) });
+        i += 1;
+    }
+    out
+}
+
+/// A module's counter section, for zeroing it in a forked child.
+#[derive(Debug, Clone, Copy)]
+pub struct CounterRange {
+    pub start: usize,
+    pub len: usize,
+    pub byte_coverage: bool,
+}
+
+unsafe fn zero_range(start: usize, len: usize, byte_coverage: bool) {
+    let value = if byte_coverage { 0xff } else { 0 };
+    if !byte_coverage && start % 8 == 0 {
+        for i in (0..len / 8 * 8).step_by(8) {
+            // Safety: inside the counter section of a loaded module.
+            unsafe { (*((start + i) as *const AtomicU64)).store(0, Ordering::Relaxed) };
+        }
+        for i in len / 8 * 8..len {
+            unsafe { (*((start + i) as *const AtomicU8)).store(0, Ordering::Relaxed) };
+        }
+    } else {
+        for i in 0..len {
+            unsafe { (*((start + i) as *const AtomicU8)).store(value, Ordering::Relaxed) };
+        }
+    }
+}
+
+/// Counter sections known so far, readable from a fork handler without a
+/// lock: replaced whole when the set of modules changes (the old list is
+/// leaked, a few bytes per change, so a reader never sees it freed).
+static COUNTER_RANGES: AtomicPtr<Vec<CounterRange>> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn publish_counter_ranges(ranges: Vec<CounterRange>) {
+    let new = Box::into_raw(Box::new(ranges));
+    COUNTER_RANGES.swap(new, Ordering::AcqRel);
+}
+
+/// Zeroes every known counter section: run in a forked child so that parent
+/// and child together count what ran exactly once.
+///
+/// Safety: only in a child right after fork, when the modules are the
+/// parent's and no other thread runs.
+pub unsafe fn zero_all_known() {
+    let ranges = COUNTER_RANGES.load(Ordering::Acquire);
+    if ranges.is_null() {
+        return;
+    }
+    // Safety: published lists are never freed.
+    for r in unsafe { &*ranges } {
+        unsafe { zero_range(r.start, r.len, r.byte_coverage) };
+    }
+}
+
+/// Keeps a shared object loaded while its sections are read.
+pub struct Pin(*mut libc::c_void);
+
+impl Pin {
+    /// `None` when the module is no longer loaded.
+    pub fn new(id: &ModuleId, is_main: bool) -> Option<Pin> {
+        if is_main {
+            return Some(Pin(std::ptr::null_mut()));
+        }
+        let path = std::ffi::CString::new(id.path.as_os_str().as_encoded_bytes()).ok()?;
+        // Safety: RTLD_NOLOAD only takes a reference to an already loaded object.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+        (!handle.is_null()).then_some(Pin(handle))
+    }
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // Safety: a handle from dlopen above.
+            unsafe { libc::dlclose(self.0) };
+        }
+    }
+}

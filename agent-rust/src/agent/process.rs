@@ -1,0 +1,111 @@
+//! Hooks into the host process: exit, SIGTERM/SIGINT and fork.
+//!
+//! Nothing here runs agent work inside a signal handler: the handler writes
+//! one byte to a pipe that the agent's flush thread waits on. That thread
+//! writes the final report, restores the default action and raises the
+//! signal again, so the process ends with the status the signal gives.
+//! Handlers the program installed itself are left alone.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Write end of the wake-up pipe, for the signal handler.
+static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// A pipe the flush thread waits on; signal numbers arrive as bytes.
+pub struct WakePipe {
+    pub read: RawFd,
+}
+
+impl WakePipe {
+    pub fn new() -> std::io::Result<WakePipe> {
+        let mut fds = [0; 2];
+        // Safety: pipe2 fills two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        WAKE_FD.store(fds[1], Ordering::SeqCst);
+        Ok(WakePipe { read: fds[0] })
+    }
+
+    /// Waits up to `timeout` (forever when `None`); returns a signal number
+    /// when one arrived.
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> Option<i32> {
+        let mut pfd = libc::pollfd { fd: self.read, events: libc::POLLIN, revents: 0 };
+        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+        // Safety: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if ready <= 0 {
+            return None;
+        }
+        let mut byte = 0u8;
+        // Safety: reads one byte into a local.
+        let n = unsafe { libc::read(self.read, &mut byte as *mut u8 as *mut libc::c_void, 1) };
+        (n == 1).then_some(i32::from(byte))
+    }
+}
+
+extern "C" fn on_signal(signal: libc::c_int) {
+    let fd = WAKE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = signal as u8;
+        // Safety: write(2) is async-signal-safe; a full pipe drops the byte,
+        // which only happens if the signal repeats faster than we handle it.
+        unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) };
+    }
+}
+
+/// Installs the wake-up handler for SIGTERM and SIGINT where the program
+/// left them at their default action.
+pub fn install_signal_handlers() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // Safety: sigaction with a zeroed struct queries the current action.
+        unsafe {
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 || current.sa_sigaction != libc::SIG_DFL {
+                continue;
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether our handler is still the one installed for `signal` (the
+/// program may have installed its own since).
+fn ours(signal: i32) -> bool {
+    // Safety: query only.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut current) == 0
+            && current.sa_sigaction == on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t
+    }
+}
+
+/// Ends the process as `signal` would have, after the final report.
+pub fn reraise(signal: i32) {
+    if !ours(signal) {
+        return;
+    }
+    // Safety: restoring the default action and raising the signal again.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut());
+        libc::kill(libc::getpid(), signal);
+    }
+}
+
+/// Registers `at_exit` with the C runtime (runs on `exit`, also from Rust's
+/// `std::process::exit` and a return from `main`) and `child` after fork.
+pub fn install_exit_and_fork_hooks(at_exit: extern "C" fn(), child: unsafe extern "C" fn()) {
+    // Safety: plain registrations of `extern "C"` functions.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(child));
+    }
+}

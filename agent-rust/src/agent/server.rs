@@ -1,0 +1,1133 @@
+//! The agent's HTTP/1.1 server: the routes of the livecov protocol over a
+//! Unix socket and, optionally, TCP.
+//!
+//! It runs inside someone else's process, so it keeps to itself:
+//!
+//! - one thread of its own (`livecov-agent`) running a current-thread tokio
+//!   runtime; the [`Service`] calls, which may be slow or take locks, run on
+//!   tokio's blocking pool (at most [`MAX_BLOCKING_THREADS`] threads), never
+//!   on the runtime thread and never on a host thread;
+//! - no panic crosses into the host: every [`Service`] call and every request
+//!   handler runs under `catch_unwind`, and a panic becomes a `500`. (With a
+//!   host built with `panic = "abort"` nothing can catch a panic; the server
+//!   avoids panicking paths itself.)
+//! - bounded resources: at most [`Limits::max_connections`] connections
+//!   (extra ones are accepted, answered `503` with one non-blocking write and
+//!   closed: they never wait), a bounded request head (size and header count,
+//!   `431` beyond), a header read timeout, an idle timeout, request bodies
+//!   read only by `POST /reset` and only up to [`MAX_BODY_BYTES`] (`413`
+//!   beyond), and a request timeout on every [`Service`] call.
+//!
+//! # Routes
+//!
+//! The same on the Unix socket and on TCP:
+//!
+//! | request | response |
+//! |---|---|
+//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|profraw\|json]` | `200`, the [`Body`] the service returned |
+//! | `POST /reset` | `204` |
+//! | `GET /health` | `200 application/json` |
+//! | any other path | `404` |
+//! | another method on a known path | `405` with `Allow` |
+//!
+//! Every response carries `Livecov-Instance: <instance>` and
+//! `Cache-Control: no-store`; errors are `{"error": "..."}` with
+//! `Content-Type: application/json`. On TCP, when a token is configured,
+//! every route requires `Authorization: Bearer <token>` (compared in
+//! constant time), else `401` with `WWW-Authenticate: Bearer`. The Unix
+//! socket needs no token: its file mode protects it.
+//!
+//! The exception: a request hyper cannot parse at all (garbage bytes, a head
+//! over the limits, a header timeout) is answered by hyper itself with a bare
+//! `400`/`431` (or the connection is closed), without `Livecov-Instance` nor
+//! a JSON body, since such a request never reaches the router.
+//!
+//! # Single flight
+//!
+//! Concurrent `GET /coverage` requests with the same `test` and `format` that
+//! arrive while one such computation is running share its result: one call
+//! to [`Service::coverage`] serves them all. Requests with `reset=1` are
+//! never shared, neither with plain dumps nor with each other: each is its
+//! own dump-and-reset, so that two callers who both take (and zero) the
+//! counters get disjoint parts, and summing their reports counts nothing
+//! twice.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Semaphore};
+
+/// The largest request body read (by `POST /reset`, which ignores it);
+/// larger bodies get `413`.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Threads of the blocking pool that runs [`Service`] calls. More concurrent
+/// calls queue (each still bounded by [`Limits::request_timeout`]).
+pub const MAX_BLOCKING_THREADS: usize = 4;
+
+/// How long [`Server::stop`] lets in-flight requests finish.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Name of the header carried by every response.
+pub const INSTANCE_HEADER: &str = "livecov-instance";
+
+/// A report format, from `?format=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Format {
+    /// LCOV tracefile (`text/plain`), the default.
+    #[default]
+    Lcov,
+    /// A raw profile (`.profraw`) that the matching `llvm-profdata` reads.
+    Profraw,
+    /// JSON.
+    Json,
+}
+
+impl Format {
+    /// The valid `format=` values, for error messages.
+    pub const VALID: &'static str = "lcov, profraw, json";
+
+    /// Parses a `format=` value (exact, lower case).
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "lcov" => Some(Format::Lcov),
+            "profraw" => Some(Format::Profraw),
+            "json" => Some(Format::Json),
+            _ => None,
+        }
+    }
+
+    /// The `format=` value naming this format.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Lcov => "lcov",
+            Format::Profraw => "profraw",
+            Format::Json => "json",
+        }
+    }
+}
+
+/// What `GET /coverage` asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct CoverageQuery {
+    /// `?test=NAME` (percent-decoded; `+` is a space): the LCOV `TN:` name.
+    /// `None` when absent or empty. Never contains control characters
+    /// (such a name is refused with `400`).
+    pub test: Option<String>,
+    /// `?reset=1|true`: dump and reset in one step.
+    pub reset: bool,
+    /// `?format=` (default [`Format::Lcov`]).
+    pub format: Format,
+}
+
+/// A response body and its content type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// E.g. `text/plain; charset=utf-8`. Must be a valid header value, else
+    /// the response is a `500`.
+    pub content_type: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+/// An error response: `status` (4xx/5xx) with the JSON body
+/// `{"error": message}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError { status, message: message.into() }
+    }
+
+    /// A `500 Internal Server Error`.
+    pub fn internal(message: impl Into<String>) -> ApiError {
+        ApiError::new(500, message)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// What the server serves; the agent core implements it.
+///
+/// Every method is called on a thread of tokio's blocking pool (never on a
+/// host thread, never on the server's runtime thread), under `catch_unwind`:
+/// a panic becomes a `500`.
+pub trait Service: Send + Sync + 'static {
+    /// Blocking: called on a blocking thread (`tokio::task::spawn_blocking`),
+    /// may take long. Concurrent identical queries without `reset` are
+    /// coalesced by the server (single flight); implementations must still
+    /// be safe to call concurrently (different queries, resets).
+    fn coverage(&self, query: &CoverageQuery) -> Result<Body, ApiError>;
+    /// Resets the counters (`POST /reset`).
+    fn reset(&self) -> Result<(), ApiError>;
+    /// The `GET /health` JSON document.
+    fn health(&self) -> String;
+    /// The instance id, sent as `Livecov-Instance` on every response. Called
+    /// once, by [`Server::start`] (an instance id never changes for the life
+    /// of a process; a forked child runs a server of its own).
+    fn instance(&self) -> String;
+}
+
+/// Where to listen.
+#[derive(Debug, Clone, Default)]
+pub struct Listen {
+    /// A Unix socket path and the socket file's mode (e.g. `0o600`). A stale
+    /// socket at that path is replaced; any other kind of file there is an
+    /// error (`AddrInUse`).
+    pub unix: Option<(PathBuf, u32)>,
+    /// A TCP address; port 0 picks a free port ([`Server::tcp_addr`]).
+    pub tcp: Option<SocketAddr>,
+    /// Bearer token required on TCP (not on the Unix socket). `None` or an
+    /// empty token: no authentication.
+    pub token: Option<String>,
+}
+
+/// Resource limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Concurrent connections, over both listeners. Extra connections are
+    /// accepted, answered `503` (one non-blocking write) and closed at once;
+    /// they never wait. At least 1.
+    pub max_connections: usize,
+    /// A request head (request line and headers) must arrive within this,
+    /// counted from the moment the server waits for it: after connecting, and
+    /// after the previous response on a kept-alive connection, so it also
+    /// bounds how long an idle kept-alive connection is kept.
+    pub header_read_timeout: Duration,
+    /// A connection is closed when no byte moved either way for this long
+    /// while no request is being handled: idle kept-alive connections, and
+    /// clients that stopped reading their response.
+    pub idle_timeout: Duration,
+    /// Maximum size of a request head in bytes (`431` beyond).
+    pub max_header_bytes: usize,
+    /// Maximum number of request headers (`431` beyond).
+    pub max_headers: usize,
+    /// Maximum time of one request's handling: reading a `POST /reset` body
+    /// (`408` beyond) and waiting for a [`Service`] call (`503` beyond; the
+    /// call itself cannot be cancelled and finishes in the background).
+    pub request_timeout: Duration,
+}
+
+impl Limits {
+    /// Values the server can use without overflow or panics: at least one
+    /// connection, durations of at most a year, hyper's 8 KiB floor being
+    /// applied to the read buffer only.
+    fn sanitized(self) -> Limits {
+        const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+        Limits {
+            max_connections: self.max_connections.clamp(1, 1 << 20),
+            header_read_timeout: self.header_read_timeout.min(YEAR),
+            idle_timeout: self.idle_timeout.min(YEAR),
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            request_timeout: self.request_timeout.min(YEAR),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            max_header_bytes: 16 * 1024,
+            max_headers: 64,
+            request_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// A running server. [`Server::stop`] (or dropping it) stops it.
+///
+/// After `fork()`, the child has no server thread: it must not stop or drop
+/// the parent's `Server` (use `std::mem::forget`) and starts its own.
+pub struct Server {
+    shutdown: Option<watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
+    tcp_addr: Option<SocketAddr>,
+    /// The socket file, and its (device, inode) to remove only our own.
+    unix: Option<(PathBuf, (u64, u64))>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("tcp_addr", &self.tcp_addr)
+            .field("unix", &self.unix.as_ref().map(|u| &u.0))
+            .finish()
+    }
+}
+
+impl Server {
+    /// Binds (replacing a stale socket file first; the socket file gets the
+    /// given mode without ever being more open than that, whatever the
+    /// umask), starts the thread, returns once listening. TCP port 0 is
+    /// allowed: [`Server::tcp_addr`] tells the bound address.
+    ///
+    /// Errors: nothing to listen on (`InvalidInput`), an instance id that is
+    /// not a valid header value (`InvalidInput`), binding or thread errors.
+    pub fn start(service: Arc<dyn Service>, listen: Listen, limits: Limits) -> io::Result<Server> {
+        if listen.unix.is_none() && listen.tcp.is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "livecov: nothing to listen on"));
+        }
+        let instance = catch_unwind(AssertUnwindSafe(|| service.instance()))
+            .map_err(|_| io::Error::other("livecov: Service::instance panicked"))?;
+        let instance = HeaderValue::from_str(&instance).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("livecov: instance id {instance:?} is not a valid header value"))
+        })?;
+
+        let tcp = match listen.tcp {
+            Some(addr) => {
+                let l = std::net::TcpListener::bind(addr)?;
+                l.set_nonblocking(true)?;
+                Some(l)
+            }
+            None => None,
+        };
+        let tcp_addr = tcp.as_ref().map(|l| l.local_addr()).transpose()?;
+        let (unix, unix_file) = match &listen.unix {
+            Some((path, mode)) => {
+                let (l, id) = bind_unix(path, *mode)?;
+                (Some(l), Some((path.clone(), id)))
+            }
+            None => (None, None),
+        };
+        let token = listen.token.filter(|t| !t.is_empty()).map(String::into_bytes);
+        let ctx = Arc::new(Ctx {
+            service,
+            instance,
+            token,
+            flights: Arc::new(Mutex::new(HashMap::new())),
+            limits: limits.sanitized(),
+        });
+        let started = spawn(ctx, unix, tcp);
+        match started {
+            Ok((shutdown, thread)) => Ok(Server { shutdown: Some(shutdown), thread: Some(thread), tcp_addr, unix: unix_file }),
+            Err(e) => {
+                if let Some((path, id)) = unix_file {
+                    remove_socket_file(&path, id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The bound TCP address, if listening on TCP.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        self.tcp_addr
+    }
+
+    /// The Unix socket path, if listening on one.
+    pub fn unix_path(&self) -> Option<&Path> {
+        self.unix.as_ref().map(|(p, _)| p.as_path())
+    }
+
+    /// Stops accepting, lets in-flight requests finish for a short grace
+    /// period (2 s), removes the socket file, joins the thread.
+    pub fn stop(mut self) {
+        self.shutdown_now();
+    }
+
+    fn shutdown_now(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((path, id)) = self.unix.take() {
+            remove_socket_file(&path, id);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown_now();
+    }
+}
+
+/// Starts the runtime thread on bound listeners; returns once it serves.
+fn spawn(
+    ctx: Arc<Ctx>,
+    unix: Option<std::os::unix::net::UnixListener>,
+    tcp: Option<std::net::TcpListener>,
+) -> io::Result<(watch::Sender<bool>, JoinHandle<()>)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .thread_name("livecov-agent-blocking")
+        .build()?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+    let thread = std::thread::Builder::new().name("livecov-agent".into()).spawn(move || {
+        let run = AssertUnwindSafe(|| {
+            runtime.block_on(async move {
+                // Registering with the reactor needs the runtime's context.
+                let listeners = (|| -> io::Result<_> {
+                    let unix = unix.map(tokio::net::UnixListener::from_std).transpose()?;
+                    let tcp = tcp.map(tokio::net::TcpListener::from_std).transpose()?;
+                    Ok((unix, tcp))
+                })();
+                match listeners {
+                    Ok((unix, tcp)) => {
+                        let _ = ready_tx.send(Ok(()));
+                        serve(ctx, unix, tcp, shutdown_rx).await;
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            })
+        });
+        let _ = catch_unwind(run);
+        // Service calls still running past the grace period finish on
+        // their own; nothing waits for them.
+        runtime.shutdown_background();
+    })?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok((shutdown_tx, thread)),
+        Ok(Err(e)) => {
+            let _ = thread.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = thread.join();
+            Err(io::Error::other("livecov: the server thread failed to start"))
+        }
+    }
+}
+
+/// Binds a Unix socket at `path` with file mode `mode`: in a fresh private
+/// directory beside it (mode 0700), chmod, then renamed into place, so the
+/// socket is never reachable with a wider mode (the umask is process-wide
+/// and cannot be changed safely in a multi-threaded host). If that directory
+/// cannot be made (e.g. the temporary path would be too long), binds in place
+/// and chmods. Returns the listener and the socket file's (device, inode).
+fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
+    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::net::UnixListener;
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {} // stale: replaced below
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("livecov: {} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let perms = std::fs::Permissions::from_mode(mode & 0o7777);
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dir = parent.join(format!(
+        ".livecov-{}-{}.tmp",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let in_dir = (|| -> io::Result<UnixListener> {
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let tmp = dir.join("s");
+        let res = (|| {
+            let l = UnixListener::bind(&tmp)?;
+            std::fs::set_permissions(&tmp, perms.clone())?;
+            std::fs::rename(&tmp, path)?;
+            Ok(l)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_dir(&dir);
+        res
+    })();
+    let listener = match in_dir {
+        Ok(l) => l,
+        Err(_) => {
+            // Fallback: bind in place, then chmod.
+            if std::fs::symlink_metadata(path).map(|m| m.file_type().is_socket()).unwrap_or(false) {
+                std::fs::remove_file(path)?;
+            }
+            let l = UnixListener::bind(path)?;
+            if let Err(e) = std::fs::set_permissions(path, perms) {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+            l
+        }
+    };
+    listener.set_nonblocking(true)?;
+    let m = std::fs::symlink_metadata(path)?;
+    Ok((listener, (m.dev(), m.ino())))
+}
+
+/// Removes the socket file if it is still the one we bound.
+fn remove_socket_file(path: &Path, id: (u64, u64)) {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == id {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The runtime side.
+
+type Outcome = Result<(&'static str, Bytes), ApiError>;
+type Flights = Arc<Mutex<HashMap<(Option<String>, Format), watch::Receiver<Option<Outcome>>>>>;
+
+struct Ctx {
+    service: Arc<dyn Service>,
+    instance: HeaderValue,
+    token: Option<Vec<u8>>,
+    flights: Flights,
+    limits: Limits,
+}
+
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+async fn serve(
+    ctx: Arc<Ctx>,
+    unix: Option<tokio::net::UnixListener>,
+    tcp: Option<tokio::net::TcpListener>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let max = ctx.limits.max_connections;
+    let permits = Arc::new(Semaphore::new(max));
+
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(ctx.limits.header_read_timeout)
+        .max_header_size(ctx.limits.max_header_bytes)
+        .max_headers(ctx.limits.max_headers)
+        // hyper's minimum is 8192 (it panics below).
+        .max_buf_size(ctx.limits.max_header_bytes.saturating_add(1024).max(8192))
+        .keep_alive(true);
+    let http = Arc::new(http);
+
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => break,
+            r = accept_unix(unix.as_ref()) => r.map(Accepted::Unix),
+            r = accept_tcp(tcp.as_ref()) => r.map(Accepted::Tcp),
+        };
+        let stream = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                use io::ErrorKind::*;
+                if !matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) {
+                    // EMFILE and the like: back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                refuse(&stream, &ctx.instance);
+                continue;
+            }
+        };
+        let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            match stream {
+                Accepted::Unix(s) => connection(ctx, http, s, false, shutdown).await,
+                Accepted::Tcp(s) => {
+                    let _ = s.set_nodelay(true);
+                    connection(ctx, http, s, true, shutdown).await
+                }
+            }
+            drop(permit);
+        });
+    }
+    // Stop accepting: close the listeners now.
+    drop(unix);
+    drop(tcp);
+    // Connections got the signal too and finish within the grace period.
+    let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
+}
+
+async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
+    match l {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
+    match l {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+/// Over the connection limit: a best-effort `503` in one non-blocking write,
+/// then the stream is dropped (closed).
+fn refuse(stream: &Accepted, instance: &HeaderValue) {
+    let body = br#"{"error":"too many connections"}"#;
+    let mut msg = Vec::with_capacity(256);
+    msg.extend_from_slice(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: ");
+    msg.extend_from_slice(instance.as_bytes());
+    msg.extend_from_slice(format!("\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
+    msg.extend_from_slice(body);
+    let _ = match stream {
+        Accepted::Unix(s) => s.try_write(&msg),
+        Accepted::Tcp(s) => s.try_write(&msg),
+    };
+}
+
+/// Per-connection activity, for the idle timeout.
+struct ConnState {
+    start: Instant,
+    /// Milliseconds since `start` of the last byte read or written.
+    last_io: AtomicU64,
+    /// Requests being handled (between the head and the response).
+    busy: AtomicUsize,
+}
+
+impl ConnState {
+    fn touch(&self) {
+        self.last_io.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+struct BusyGuard(Arc<ConnState>);
+
+impl BusyGuard {
+    fn new(state: &Arc<ConnState>) -> BusyGuard {
+        state.busy.fetch_add(1, Ordering::Relaxed);
+        BusyGuard(state.clone())
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// A stream that records when bytes last moved.
+struct Tracked<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.touch();
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Resolves when the connection has been idle (no request being handled, no
+/// byte moved) for `idle`.
+async fn idle_expired(state: &ConnState, idle: Duration) {
+    loop {
+        let now = state.start.elapsed();
+        let last = Duration::from_millis(state.last_io.load(Ordering::Relaxed));
+        let due = last.saturating_add(idle);
+        if state.busy.load(Ordering::Relaxed) == 0 && now >= due {
+            return;
+        }
+        let wait = if now >= due { idle } else { due - now };
+        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+    }
+}
+
+async fn connection<S>(
+    ctx: Arc<Ctx>,
+    http: Arc<hyper::server::conn::http1::Builder>,
+    stream: S,
+    tcp: bool,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let idle = ctx.limits.idle_timeout;
+    let state = Arc::new(ConnState { start: Instant::now(), last_io: AtomicU64::new(0), busy: AtomicUsize::new(0) });
+    let io = TokioIo::new(Tracked { inner: stream, state: state.clone() });
+    let svc_state = state.clone();
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let busy = BusyGuard::new(&svc_state);
+        let ctx = ctx.clone();
+        async move {
+            let instance = ctx.instance.clone();
+            let mut resp = match (CatchUnwind { inner: Box::pin(handle(ctx, tcp, req)) }).await {
+                Ok(r) => r,
+                Err(()) => error(&ApiError::internal("internal error in the livecov agent")),
+            };
+            let h = resp.headers_mut();
+            h.insert(INSTANCE_HEADER, instance);
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            drop(busy);
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = http.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let grace = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            // Dropping the connection closes it.
+            _ = idle_expired(&state, idle) => break,
+            _ = grace => break,
+            _ = shutdown.changed(), if deadline.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+            }
+        }
+    }
+}
+
+/// Runs a future, turning a panic while polling it into `Err(())`.
+struct CatchUnwind<F> {
+    inner: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = self.get_mut().inner.as_mut();
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        }
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+const ROUTES: &str = "GET /coverage, POST /reset, GET /health";
+
+async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
+    if tcp {
+        if let Some(token) = &ctx.token {
+            if !authorized(req.headers().get(header::AUTHORIZATION), token) {
+                let mut r = error(&ApiError::new(401, "missing or wrong bearer token (Authorization: Bearer <token>)"));
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
+    }
+    let path = req.uri().path();
+    let (allow, allow_str) = match path {
+        "/coverage" | "/health" => (Method::GET, "GET"),
+        "/reset" => (Method::POST, "POST"),
+        _ => {
+            let msg = format!("no route {} (routes: {ROUTES})", clip(path));
+            return error(&ApiError::new(404, msg));
+        }
+    };
+    if req.method() != allow {
+        let msg = format!("method {} not allowed on {path} (allowed: {allow})", clip(req.method().as_str()));
+        let mut r = error(&ApiError::new(405, msg));
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow_str));
+        return r;
+    }
+    let result = match path {
+        "/coverage" => match parse_query(req.uri().query()) {
+            Ok(q) => coverage(&ctx, q).await.map(|(ct, bytes)| ok(StatusCode::OK, ct, bytes)),
+            Err(e) => Err(e),
+        },
+        "/health" => {
+            let svc = ctx.service.clone();
+            blocking(&ctx, "health", move || Ok(svc.health()))
+                .await
+                .map(|doc| ok(StatusCode::OK, "application/json", Bytes::from(doc)))
+        }
+        _ => match read_body(&ctx, req.into_body()).await {
+            Err(mut r) => {
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return r;
+            }
+            Ok(()) => {
+                let svc = ctx.service.clone();
+                blocking(&ctx, "reset", move || svc.reset())
+                    .await
+                    .map(|()| ok(StatusCode::NO_CONTENT, "", Bytes::new()))
+            }
+        },
+    };
+    result.unwrap_or_else(|e| error(&e))
+}
+
+/// Reads (and discards) a request body of at most [`MAX_BODY_BYTES`].
+async fn read_body(ctx: &Ctx, body: Incoming) -> Result<(), Resp> {
+    use hyper::body::Body as _;
+    if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
+        return Err(error(&ApiError::new(413, format!("request body over {MAX_BODY_BYTES} bytes"))));
+    }
+    match tokio::time::timeout(ctx.limits.request_timeout, Limited::new(body, MAX_BODY_BYTES).collect()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            Err(error(&ApiError::new(413, format!("request body over {MAX_BODY_BYTES} bytes"))))
+        }
+        Ok(Err(e)) => Err(error(&ApiError::new(400, format!("could not read the request body: {e}")))),
+        Err(_) => Err(error(&ApiError::new(408, "request body not received in time"))),
+    }
+}
+
+/// `Authorization: Bearer <token>`, the token compared in constant time.
+fn authorized(value: Option<&HeaderValue>, token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = value else { return false };
+    let value = value.as_bytes();
+    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return false;
+    }
+    let given = trim_spaces(rest);
+    bool::from(given.ct_eq(token))
+}
+
+fn trim_spaces(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
+}
+
+/// Runs a [`Service`] call on the blocking pool under `catch_unwind`,
+/// waiting at most [`Limits::request_timeout`].
+async fn blocking<T, F>(ctx: &Ctx, what: &'static str, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+{
+    let task = tokio::task::spawn_blocking(move || guarded(what, f));
+    match tokio::time::timeout(ctx.limits.request_timeout, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(ApiError::new(503, "the livecov agent is shutting down")),
+        Err(_) => Err(timed_out(what, ctx.limits.request_timeout)),
+    }
+}
+
+fn guarded<T>(what: &'static str, f: impl FnOnce() -> Result<T, ApiError>) -> Result<T, ApiError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| Err(ApiError::internal(format!("{what} failed: the livecov agent panicked"))))
+}
+
+fn timed_out(what: &str, after: Duration) -> ApiError {
+    ApiError::new(503, format!("{what} did not finish within {} ms", after.as_millis()))
+}
+
+/// `GET /coverage`, with single flight for queries without `reset`.
+async fn coverage(ctx: &Arc<Ctx>, q: CoverageQuery) -> Outcome {
+    let convert = |b: Body| (b.content_type, Bytes::from(b.bytes));
+    if q.reset {
+        let svc = ctx.service.clone();
+        return blocking(ctx, "coverage", move || svc.coverage(&q).map(convert)).await;
+    }
+    let key = (q.test.clone(), q.format);
+    let mut rx = {
+        let mut map = lock(&ctx.flights);
+        match map.get(&key) {
+            Some(rx) => rx.clone(),
+            None => {
+                let (tx, rx) = watch::channel(None);
+                map.insert(key.clone(), rx.clone());
+                let (svc, flights, mine, key) = (ctx.service.clone(), ctx.flights.clone(), rx.clone(), key.clone());
+                // The computation owns its map entry: it ends it whether or
+                // not the requests that wait for it are still there.
+                tokio::task::spawn_blocking(move || {
+                    let out = guarded("coverage", || svc.coverage(&q).map(convert));
+                    remove_flight(&flights, &key, &mine);
+                    drop(mine);
+                    let _ = tx.send(Some(out));
+                });
+                rx
+            }
+        }
+    };
+    let waited = tokio::time::timeout(ctx.limits.request_timeout, async {
+        rx.wait_for(Option::is_some).await.map(|v| v.clone()).ok().flatten()
+    })
+    .await;
+    match waited {
+        Ok(Some(out)) => out,
+        Ok(None) => {
+            // The computation was dropped without an answer (runtime
+            // shutting down): never leave a dead entry behind.
+            remove_flight(&ctx.flights, &key, &rx);
+            Err(ApiError::new(503, "the livecov agent is shutting down"))
+        }
+        Err(_) => Err(timed_out("coverage", ctx.limits.request_timeout)),
+    }
+}
+
+fn remove_flight(flights: &Flights, key: &(Option<String>, Format), rx: &watch::Receiver<Option<Outcome>>) {
+    let mut map = lock(flights);
+    if map.get(key).is_some_and(|r| r.same_channel(rx)) {
+        map.remove(key);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Parses the query of `GET /coverage`. Unknown, repeated or invalid
+/// parameters are refused (`400`) so that a typo never goes unnoticed.
+pub fn parse_query(query: Option<&str>) -> Result<CoverageQuery, ApiError> {
+    let bad = |msg: String| ApiError::new(400, msg);
+    let mut out = CoverageQuery::default();
+    let mut seen: [bool; 3] = [false; 3];
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let (k, v) = (percent_decode(k)?, percent_decode(v)?);
+        let slot = match k.as_str() {
+            "test" => 0,
+            "reset" => 1,
+            "format" => 2,
+            _ => return Err(bad(format!("unknown query parameter {} (valid: test, reset, format)", json_clip(&k)))),
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return Err(bad(format!("query parameter {k} given more than once")));
+        }
+        match slot {
+            0 => {
+                if v.chars().any(char::is_control) {
+                    return Err(bad("test name must not contain control characters".into()));
+                }
+                out.test = (!v.is_empty()).then_some(v);
+            }
+            1 => {
+                out.reset = match v.as_str() {
+                    "1" | "true" => true,
+                    "0" | "false" => false,
+                    _ => return Err(bad(format!("invalid reset value {} (valid: 1, true, 0, false)", json_clip(&v)))),
+                }
+            }
+            _ => {
+                out.format = Format::parse(&v).ok_or_else(|| {
+                    bad(format!("invalid format {} (valid: {})", json_clip(&v), Format::VALID))
+                })?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes `%XX` escapes and `+` (a space), then UTF-8.
+fn percent_decode(s: &str) -> Result<String, ApiError> {
+    fn hex(b: u8) -> Option<u8> {
+        match b {
+            b'0'..=b'9' => Some(b - b'0'),
+            b'a'..=b'f' => Some(b - b'a' + 10),
+            b'A'..=b'F' => Some(b - b'A' + 10),
+            _ => None,
+        }
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b'%' => {
+                let v = b.get(i + 1).copied().and_then(hex).zip(b.get(i + 2).copied().and_then(hex));
+                let Some((hi, lo)) = v else {
+                    return Err(ApiError::new(400, "invalid percent-encoding in the query"));
+                };
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).map_err(|_| ApiError::new(400, "the query is not UTF-8 once percent-decoded"))
+}
+
+/// A client-given string for an error message: quoted, at most 100 chars.
+fn json_clip(s: &str) -> String {
+    format!("{:?}", clip(s))
+}
+
+fn clip(s: &str) -> &str {
+    match s.char_indices().nth(100) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn ok(status: StatusCode, content_type: &'static str, bytes: Bytes) -> Resp {
+    let mut r = Response::new(Full::new(bytes));
+    *r.status_mut() = status;
+    if status != StatusCode::NO_CONTENT {
+        match HeaderValue::from_str(content_type) {
+            Ok(v) => {
+                r.headers_mut().insert(header::CONTENT_TYPE, v);
+            }
+            Err(_) => return error(&ApiError::internal(format!("invalid content type {content_type:?}"))),
+        }
+    }
+    r
+}
+
+/// The JSON error response `{"error": message}`.
+fn error(e: &ApiError) -> Resp {
+    let status = StatusCode::from_u16(e.status)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut body = String::with_capacity(e.message.len() + 16);
+    body.push_str("{\"error\":");
+    json_string(&mut body, &e.message);
+    body.push('}');
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn json_string(out: &mut String, s: &str) {
+    use std::fmt::Write as _;
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parsing() {
+        let q = parse_query(Some("test=a%20b+c&reset=true&format=json")).unwrap();
+        assert_eq!(q, CoverageQuery { test: Some("a b c".into()), reset: true, format: Format::Json });
+        assert_eq!(parse_query(None).unwrap(), CoverageQuery::default());
+        assert_eq!(parse_query(Some("test=&reset=0")).unwrap(), CoverageQuery::default());
+        let e = parse_query(Some("format=xml")).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("lcov, profraw, json"), "{}", e.message);
+        for bad in ["reset=yes", "rest=1", "test=a%0Ab", "test=%zz", "test=%ff", "test=a&test=b"] {
+            assert_eq!(parse_query(Some(bad)).unwrap_err().status, 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer() {
+        let h = |s: &'static str| HeaderValue::from_static(s);
+        assert!(authorized(Some(&h("Bearer s3cret")), b"s3cret"));
+        assert!(authorized(Some(&h("bearer  s3cret ")), b"s3cret"));
+        assert!(!authorized(Some(&h("Bearer s3cre")), b"s3cret"));
+        assert!(!authorized(Some(&h("Basic s3cret")), b"s3cret"));
+        assert!(!authorized(Some(&h("Bearer")), b"s3cret"));
+        assert!(!authorized(None, b"s3cret"));
+    }
+
+    #[test]
+    fn json_errors() {
+        let r = error(&ApiError::new(400, "x"));
+        assert_eq!(r.status(), 400);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], "application/json");
+        let mut s = String::new();
+        json_string(&mut s, "a \"b\"\n\u{1}\\");
+        assert_eq!(s, r#""a \"b\"\n\u0001\\""#);
+        assert_eq!(error(&ApiError::new(200, "x")).status(), 500);
+    }
+}
