@@ -245,6 +245,7 @@ impl Agent {
             "program": program,
             "build_id": build_id,
             "modules": modules,
+            "tcp": self.tcp_addr().map(|a| a.to_string()),
             "start_time": self.started.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             "uptime_secs": self.clock.elapsed().as_secs_f64(),
             "state": state,

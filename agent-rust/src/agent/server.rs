@@ -255,7 +255,7 @@ impl Limits {
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
-            max_connections: 64,
+            max_connections: 256,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             max_header_bytes: 16 * 1024,

@@ -1,0 +1,511 @@
+//! The in-process agent, end to end: the fixture service (fixtures/service)
+//! built with `-C instrument-coverage` and the livecov agent, really run,
+//! really requested, really signalled and forked, checked against LLVM 22's
+//! own tools where they can judge.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use livecov_tests::{llvm_tool, workspace_root};
+
+// ---------------------------------------------------------------- building
+
+struct Built {
+    service: PathBuf,
+    plugin: PathBuf,
+}
+
+/// The service with coverage and the agent, and the C plugin it can load.
+fn built() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = workspace_root();
+        let out = root.join("target/fixtures/service");
+        std::fs::create_dir_all(&out).expect("create target/fixtures/service");
+        let lock = std::fs::File::create(out.join(".lock")).expect("lock file");
+        lock.lock().expect("lock the service build");
+        let host = String::from_utf8(Command::new("rustc").arg("-vV").output().expect("rustc -vV").stdout)
+            .expect("utf-8")
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .expect("host triple");
+        let mut cargo = Command::new("cargo");
+        for (name, _) in std::env::vars() {
+            if (name.starts_with("CARGO") && name != "CARGO_HOME") || name.starts_with("RUSTC") || name == "RUSTFLAGS" {
+                cargo.env_remove(name);
+            }
+        }
+        // With --target, the flags reach the program and its libraries but
+        // not build scripts (which would leave .profraw files behind).
+        let status = cargo
+            .args(["build", "--quiet", "--target", &host])
+            .env("RUSTFLAGS", "-C instrument-coverage")
+            .env("CARGO_TARGET_DIR", &out)
+            .current_dir(root.join("fixtures/service"))
+            .status()
+            .expect("run cargo build for fixtures/service");
+        assert!(status.success(), "building fixtures/service failed");
+        let plugin = out.join("libplugin.so");
+        let status = Command::new("clang-19")
+            .args(["-shared", "-fPIC", "-O0", "-fprofile-instr-generate", "-fcoverage-mapping", "-o"])
+            .arg(&plugin)
+            .arg(root.join("fixtures/service/plugin/plugin.c"))
+            .status()
+            .expect("run clang-19 (install it with tests/scripts/install-deps.sh)");
+        assert!(status.success(), "building the plugin failed");
+        Built { service: out.join(host).join("debug/service"), plugin }
+    })
+}
+
+// ---------------------------------------------------------------- running
+
+struct Service {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/tmp/agent").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
+
+impl Service {
+    fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Service {
+        let dir = scratch(name);
+        let mut cmd = Command::new(&built().service);
+        cmd.args(args)
+            .env("LIVECOV_DIR", dir.join("cov"))
+            .env("LIVECOV_DEMANGLE", "0")
+            .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start the service");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the service's first line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("service said {line:?}, not `listening on ADDR`"));
+        Service { child, dir, port, stdout }
+    }
+
+    fn cov_dir(&self) -> PathBuf {
+        self.dir.join("cov")
+    }
+
+    fn instance_of(&self, pid: u32) -> String {
+        wait_for(|| {
+            std::fs::read_dir(self.cov_dir().join("sockets")).ok()?.flatten().find_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let instance = name.strip_suffix(".sock")?;
+                instance.starts_with(&format!("rust-{pid}-")).then(|| instance.to_owned())
+            })
+        })
+    }
+
+    fn instance(&self) -> String {
+        self.instance_of(self.child.id())
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.cov_dir().join("sockets").join(format!("{}.sock", self.instance()))
+    }
+
+    /// A request to the service's own API.
+    fn get(&self, path: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the service");
+        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        out
+    }
+
+    fn coverage(&self, query: &str) -> String {
+        let r = unix_request(&self.socket(), "GET", &format!("/coverage{query}"), &[]);
+        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
+        String::from_utf8(r.body).expect("LCOV is UTF-8")
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP response");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
+    let headers = lines
+        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())))
+        .collect();
+    Response { status, headers, body: raw[split + 4..].to_vec() }
+}
+
+fn unix_request(socket: &Path, method: &str, path: &str, extra_headers: &[&str]) -> Response {
+    let mut s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
+    for h in extra_headers {
+        request.push_str(h);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    parse_response(&raw)
+}
+
+// ---------------------------------------------------------------- LCOV
+
+/// Per file: DA counts by line and FNDA counts by function.
+#[derive(Debug, Default, PartialEq)]
+struct FileCoverage {
+    lines: BTreeMap<u32, u64>,
+    functions: BTreeMap<String, u64>,
+}
+
+fn parse_lcov(lcov: &str) -> BTreeMap<String, FileCoverage> {
+    let mut files = BTreeMap::new();
+    let mut current = String::new();
+    for line in lcov.lines() {
+        if let Some(f) = line.strip_prefix("SF:") {
+            current = f.to_owned();
+            files.entry(current.clone()).or_insert_with(FileCoverage::default);
+        } else if let Some(da) = line.strip_prefix("DA:") {
+            let (l, c) = da.split_once(',').expect("DA:line,count");
+            files.get_mut(&current).expect("SF first").lines.insert(l.parse().expect("line"), c.parse().expect("count"));
+        } else if let Some(fnda) = line.strip_prefix("FNDA:") {
+            let (c, name) = fnda.split_once(',').expect("FNDA:count,name");
+            *files.get_mut(&current).expect("SF first").functions.entry(name.to_owned()).or_default() +=
+                c.parse::<u64>().expect("count");
+        }
+    }
+    files
+}
+
+fn file_ending<'a>(files: &'a BTreeMap<String, FileCoverage>, suffix: &str) -> &'a FileCoverage {
+    files
+        .iter()
+        .find(|(name, _)| name.ends_with(suffix))
+        .map(|(_, f)| f)
+        .unwrap_or_else(|| panic!("no SF: record ending with {suffix} in {:?}", files.keys().collect::<Vec<_>>()))
+}
+
+fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
+    let files = parse_lcov(lcov);
+    let f = file_ending(&files, suffix);
+    f.functions
+        .iter()
+        .filter(|(name, _)| name.contains(function))
+        .map(|(_, c)| *c)
+        .max()
+        .unwrap_or_else(|| panic!("no function {function} in {suffix}: {:?}", f.functions.keys().collect::<Vec<_>>()))
+}
+
+/// The LCOV llvm-cov 22 computes from raw profiles of the service, filtered
+/// as the agent filters.
+fn llvm_cov_lcov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
+    let profdata = dir.join("merged.profdata");
+    let status = Command::new(llvm_tool("llvm-profdata"))
+        .arg("merge")
+        .args(profraws)
+        .arg("-o")
+        .arg(&profdata)
+        .status()
+        .expect("run llvm-profdata");
+    assert!(status.success(), "llvm-profdata merge failed");
+    let mut cmd = Command::new(llvm_tool("llvm-cov"));
+    cmd.args(["export", "-format=lcov"]).arg(&built().service);
+    for o in objects {
+        cmd.arg("-object").arg(o);
+    }
+    let own = format!("{}/", workspace_root().join("agent-rust/src").display());
+    cmd.arg("-instr-profile")
+        .arg(&profdata)
+        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE))
+        .arg(format!("-ignore-filename-regex={}", regex_escape(&own)));
+    let out = cmd.output().expect("run llvm-cov");
+    assert!(out.status.success(), "llvm-cov export failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars().map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn an_endpoint_is_uncovered_before_its_call_and_covered_after() {
+    let s = Service::start("endpoint", &[], &[]);
+    let before = s.coverage("");
+    assert_eq!(function_count(&before, "handlers.rs", "handlers3fib"), 0);
+    // fib's body, but for its early return (line 15) for n > 90.
+    let fib_lines: Vec<u32> =
+        file_ending(&parse_lcov(&before), "handlers.rs").lines.range(12..=24).map(|(l, _)| *l).filter(|&l| l != 15).collect();
+    assert!(fib_lines.len() > 8, "{fib_lines:?}");
+    assert!(fib_lines.iter().all(|l| file_ending(&parse_lcov(&before), "handlers.rs").lines[l] == 0));
+
+    assert!(s.get("/fib?n=20").ends_with("6765"));
+    let after = s.coverage("");
+    assert_eq!(function_count(&after, "handlers.rs", "handlers3fib"), 1);
+    let files = parse_lcov(&after);
+    let handlers = file_ending(&files, "handlers.rs");
+    assert!(fib_lines.iter().all(|l| handlers.lines[l] > 0), "fib's lines are not all covered: {:?}", handlers.lines);
+    assert_eq!(handlers.lines[&15], 0, "the early return did not run");
+    // The loop body ran 20 times.
+    assert!(handlers.lines.values().any(|&c| c == 20), "{:?}", handlers.lines);
+    // Another endpoint's lines stay uncovered.
+    assert_eq!(function_count(&after, "handlers.rs", "handlers6primes"), 0);
+    // Neither the agent nor its dependencies appear.
+    assert!(!after.contains("agent-rust/"), "the agent's own code is in the report");
+    assert!(!after.contains(".cargo/registry"), "dependencies are in the report");
+}
+
+#[test]
+fn profraw_of_a_snapshot_gives_the_same_lcov_through_llvm_cov() {
+    let s = Service::start("profraw", &["--plugin", built().plugin.to_str().expect("utf-8 path")], &[]);
+    s.get("/hello?name=x");
+    s.get("/plugin?x=-4");
+    s.get("/primes?limit=30");
+    let lcov = s.coverage("");
+    let r = unix_request(&s.socket(), "GET", "/coverage?format=profraw", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let profraw = s.dir.join("snapshot.profraw");
+    std::fs::write(&profraw, &r.body).expect("write the snapshot");
+    let expected = llvm_cov_lcov(&[profraw], &[&built().plugin], &s.dir);
+    assert_eq!(lcov, expected, "the agent's LCOV differs from llvm-cov over its own profraw");
+    assert!(lcov.contains("plugin.c"), "the dlopen'ed plugin is not reported");
+}
+
+#[test]
+fn a_dlopened_shared_object_is_reported() {
+    let s = Service::start("plugin", &["--plugin", built().plugin.to_str().expect("utf-8 path")], &[]);
+    assert!(s.get("/plugin?x=3").ends_with("10"));
+    let files = parse_lcov(&s.coverage(""));
+    let plugin = file_ending(&files, "plugin.c");
+    assert_eq!(plugin.functions.get("plugin_compute"), Some(&1), "{:?}", plugin.functions);
+    assert_eq!(plugin.functions.get("plugin.c:halve").copied().unwrap_or(0), 0);
+}
+
+#[test]
+fn reset_and_test_names_give_per_test_reports() {
+    let s = Service::start("pertest", &[], &[]);
+    s.get("/fib?n=5");
+    let first = s.coverage("?test=first&reset=1");
+    assert!(first.lines().all(|l| !l.starts_with("SF:") || first.contains("TN:first")));
+    assert_eq!(function_count(&first, "handlers.rs", "handlers3fib"), 1);
+    s.get("/hello?name=a");
+    let second = s.coverage("?test=second");
+    assert!(second.starts_with("TN:second\n"), "{}", &second[..40.min(second.len())]);
+    assert_eq!(function_count(&second, "handlers.rs", "handlers3fib"), 0, "fib ran before the reset");
+    assert_eq!(function_count(&second, "handlers.rs", "handlers5hello"), 1);
+    // POST /reset: nothing since.
+    let r = unix_request(&s.socket(), "POST", "/reset", &[]);
+    assert_eq!(r.status, 204);
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", "handlers5hello"), 0);
+}
+
+#[test]
+fn sigterm_leaves_a_final_report_equal_to_the_last_dump_and_the_signal_status() {
+    let mut s = Service::start("sigterm", &[], &[]);
+    s.get("/primes?limit=50");
+    let dump = s.coverage("");
+    let instance = s.instance();
+    // Safety: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "exit status {status:?}");
+    let report = std::fs::read_to_string(s.cov_dir().join("reports").join(format!("{instance}.lcov"))).expect("final report");
+    assert_eq!(report, dump);
+    let meta = std::fs::read_to_string(s.cov_dir().join("reports").join(format!("{instance}.json"))).expect("metadata");
+    assert!(meta.contains("\"state\":\"exited\""), "{meta}");
+    assert!(!s.cov_dir().join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
+}
+
+#[test]
+fn sigkill_leaves_the_last_periodic_report() {
+    let mut s = Service::start("sigkill", &[], &[("LIVECOV_FLUSH_SECS", "0.2")]);
+    let instance = s.instance();
+    s.get("/echo-not-found");
+    s.get("/fib?n=3");
+    let report = s.cov_dir().join("reports").join(format!("{instance}.lcov"));
+    wait_for(|| {
+        let r = std::fs::read_to_string(&report).ok()?;
+        (function_count(&r, "handlers.rs", "handlers3fib") == 1).then_some(())
+    });
+    s.child.kill().expect("SIGKILL");
+    s.child.wait().expect("wait");
+    let r = std::fs::read_to_string(&report).expect("the periodic report survives");
+    assert_eq!(function_count(&r, "handlers.rs", "handlers3fib"), 1);
+}
+
+#[test]
+fn prefork_workers_are_instances_that_sum_to_the_exit_profiles() {
+    let mut s = Service::start("prefork", &["--prefork", "3"], &[]);
+    let mut line = String::new();
+    s.stdout.read_line(&mut line).expect("workers line");
+    let workers: Vec<u32> = line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
+    assert_eq!(workers.len(), 3);
+    let parent = s.instance();
+    let instances: Vec<String> = workers.iter().map(|&pid| s.instance_of(pid)).collect();
+    for i in &instances {
+        assert_ne!(*i, parent);
+    }
+    // Requests go to whichever worker accepts; then every worker quits.
+    for n in 1..=12 {
+        s.get(&format!("/fib?n={n}"));
+    }
+    for _ in 0..3 {
+        s.get("/quit");
+    }
+    assert!(s.child.wait().expect("wait").success());
+
+    // Reports of the parent and the workers, written at exit.
+    let mut sum: BTreeMap<String, FileCoverage> = BTreeMap::new();
+    for instance in instances.iter().chain([&parent]) {
+        let path = s.cov_dir().join("reports").join(format!("{instance}.lcov"));
+        let report = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for (file, cov) in parse_lcov(&report) {
+            let total = sum.entry(file).or_default();
+            for (l, c) in cov.lines {
+                *total.lines.entry(l).or_default() += c;
+            }
+            for (f, c) in cov.functions {
+                *total.functions.entry(f).or_default() += c;
+            }
+        }
+    }
+    let profraws: Vec<PathBuf> = std::fs::read_dir(&s.dir)
+        .expect("scratch dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "profraw"))
+        .collect();
+    assert_eq!(profraws.len(), 4, "one exit profile per process");
+    let expected = parse_lcov(&llvm_cov_lcov(&profraws, &[], &s.dir));
+    assert_eq!(sum.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    for (file, want) in &expected {
+        let got = &sum[file];
+        // Function counts add up exactly: nothing counted twice or lost.
+        assert_eq!(got.functions, want.functions, "{file}");
+        // A line's count is a maximum over its regions, so sums of counts
+        // may exceed it; which lines ran must agree exactly.
+        let covered = |m: &BTreeMap<u32, u64>| m.iter().filter(|(_, c)| **c > 0).map(|(l, _)| *l).collect::<Vec<_>>();
+        assert_eq!(covered(&got.lines), covered(&want.lines), "{file}");
+        assert_eq!(got.lines.keys().collect::<Vec<_>>(), want.lines.keys().collect::<Vec<_>>(), "{file}");
+    }
+    assert_eq!(sum.values().flat_map(|f| f.functions.iter()).find(|(n, _)| n.contains("handlers3fib")).map(|(_, c)| *c), Some(12));
+}
+
+#[test]
+fn the_socket_is_private_and_every_response_names_the_instance() {
+    let s = Service::start("socket", &[], &[]);
+    let socket = s.socket();
+    let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let r = unix_request(&socket, "GET", "/health", &[]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("livecov-instance"), Some(s.instance().as_str()));
+    let health = String::from_utf8_lossy(&r.body);
+    assert!(health.contains("\"runtime\":\"rust\"") && health.contains(&format!("\"pid\":{}", s.child.id())), "{health}");
+    let r = unix_request(&socket, "GET", "/coverage?format=xml", &[]);
+    assert_eq!(r.status, 400);
+    assert!(String::from_utf8_lossy(&r.body).contains("\"error\""));
+    assert_eq!(r.header("livecov-instance"), Some(s.instance().as_str()));
+}
+
+#[test]
+fn bad_clients_and_concurrent_dumps_do_not_hurt_the_service() {
+    let s = Service::start("abuse", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
+    let socket = s.socket();
+    // Garbage, a 1 MiB header, and a client that never finishes.
+    let mut garbage = UnixStream::connect(&socket).expect("connect");
+    garbage.write_all(&[0xde, 0xad, 0xbe, 0xef, b'\r', b'\n', b'\r', b'\n']).expect("send garbage");
+    let mut huge = UnixStream::connect(&socket).expect("connect");
+    let _ = huge.write_all(format!("GET /coverage HTTP/1.1\r\nx-big: {}\r\n\r\n", "a".repeat(1 << 20)).as_bytes());
+    let mut stalled = UnixStream::connect(&socket).expect("connect");
+    stalled.write_all(b"GET /cover").expect("send half a request");
+
+    // 100 concurrent dumps while the service serves its own traffic.
+    std::thread::scope(|scope| {
+        let load = scope.spawn(|| {
+            for n in 0..200 {
+                assert!(s.get(&format!("/fib?n={}", n % 30)).starts_with("HTTP/1.1 200"));
+            }
+        });
+        let dumps: Vec<_> = (0..100)
+            .map(|_| scope.spawn(|| unix_request(&socket, "GET", "/coverage", &[]).status))
+            .collect();
+        for d in dumps {
+            assert_eq!(d.join().expect("dump thread"), 200);
+        }
+        load.join().expect("load thread");
+    });
+    let mut answer = Vec::new();
+    let _ = garbage.read_to_end(&mut answer);
+    assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&answer));
+    drop((huge, stalled));
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", "handlers3fib"), 200);
+
+    // TCP: the token is required, and enough.
+    let meta = std::fs::read_to_string(s.cov_dir().join("reports").join(format!("{}.json", s.instance()))).expect("metadata");
+    let tcp = meta.split("\"tcp\":\"").nth(1).and_then(|r| r.split('"').next()).expect("tcp address in the metadata");
+    let tcp_request = |auth: &str| {
+        let mut c = TcpStream::connect(tcp).expect("connect to the agent over TCP");
+        write!(c, "GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{auth}\r\n").expect("send");
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).expect("read");
+        parse_response(&raw)
+    };
+    assert_eq!(tcp_request("").status, 401);
+    assert_eq!(tcp_request("authorization: Bearer wrong\r\n").status, 401);
+    assert_eq!(tcp_request("authorization: Bearer s3cret\r\n").status, 200);
+    assert!(s.get("/hello").starts_with("HTTP/1.1 200"), "the service stopped serving");
+}
