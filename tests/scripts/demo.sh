@@ -1,35 +1,45 @@
 #!/usr/bin/env bash
-# The demo: build a Rust program with coverage instrumentation, run it a few
-# times, and let livecov turn its raw profiles into LCOV (no LLVM tool
-# involved), then print a per-file summary. The live agent will take the
-# place of the raw profiles once it lands.
+# The main job on one machine: a Rust service built with coverage and the
+# livecov agent answers "your coverage, now" over its Unix socket while it
+# runs; the demo drives some traffic, fetches the live LCOV, prints a
+# per-file summary, and stops the service with SIGTERM (its final report
+# lands in reports/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 work="$root/target/demo"
-rm -rf "$work" && mkdir -p "$work/prof"
+rm -rf "$work" && mkdir -p "$work"
+host=$(rustc -vV | sed -n 's/^host: //p')
+pid=""
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
 
-echo "==> building livecov"
-cargo build --quiet --release -p livecov-cli
-livecov="$root/target/release/livecov"
-
-echo "==> building fixtures/rust with -C instrument-coverage"
+echo "==> building fixtures/service with -C instrument-coverage and the livecov agent"
 (
-    cd fixtures/rust
-    env -u RUSTC_WRAPPER -u CARGO_TARGET_DIR RUSTFLAGS="-C instrument-coverage" \
-        CARGO_TARGET_DIR="$root/target/fixtures/rust" cargo build --quiet --offline
+    cd fixtures/service
+    env -u RUSTC_WRAPPER -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET \
+        RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$root/target/fixtures/service" \
+        cargo build --quiet --target "$host"
 )
-app="$root/target/fixtures/rust/debug/app"
+service="$root/target/fixtures/service/$host/debug/service"
 
-echo "==> running it"
-LLVM_PROFILE_FILE="$work/prof/%p.profraw" "$app" shapes circle:1.5 rect:2,3 >/dev/null
-LLVM_PROFILE_FILE="$work/prof/%p.profraw" "$app" stats 5 3 9 -2 7 >/dev/null
-LLVM_PROFILE_FILE="$work/prof/%p.profraw" "$app" words hello sky >/dev/null || true
+echo "==> starting it with LIVECOV_DIR=$work/cov"
+LIVECOV_DIR="$work/cov" LLVM_PROFILE_FILE="$work/exit.profraw" "$service" > "$work/service.out" &
+pid=$!
+for _ in $(seq 100); do grep -q listening "$work/service.out" 2>/dev/null && break; sleep 0.1; done
+port=$(sed -n 's/^listening on .*://p' "$work/service.out")
+socket=$(ls "$work"/cov/sockets/*.sock)
+echo "    service on 127.0.0.1:$port, agent on $socket"
 
-echo "==> livecov convert"
-"$livecov" convert --binary "$app" --profraw "$work"/prof/*.profraw -o "$work/coverage.lcov"
+echo "==> driving traffic"
+curl -s "127.0.0.1:$port/hello?name=demo" >/dev/null
+curl -s "127.0.0.1:$port/fib?n=30" >/dev/null
+curl -s "127.0.0.1:$port/primes?limit=100" >/dev/null
 
+echo "==> fetching live coverage: curl --unix-socket $socket localhost/coverage"
+curl -s --unix-socket "$socket" localhost/coverage > "$work/live.lcov"
 awk -v root="$root/" '
+    BEGIN { printf "%-40s %6s %6s %8s\n", "file", "lines", "hit", "cover" }
     /^SF:/ { file = substr($0, 4); sub(root, "", file) }
     /^LF:/ { lf = substr($0, 4) }
     /^LH:/ { lh = substr($0, 4) }
@@ -37,9 +47,14 @@ awk -v root="$root/" '
         printf "%-40s %6d %6d %7.1f%%\n", file, lf, lh, lf ? 100 * lh / lf : 0
         tf += lf; th += lh
     }
-    BEGIN { printf "%-40s %6s %6s %8s\n", "file", "lines", "hit", "cover" }
     END { printf "%-40s %6d %6d %7.1f%%\n", "total", tf, th, tf ? 100 * th / tf : 0 }
-' "$work/coverage.lcov"
+' "$work/live.lcov"
+
+echo "==> SIGTERM: the agent writes a final report, then the service ends as SIGTERM would end it"
+kill -TERM "$pid"; wait "$pid" || true; pid=""
 echo
-echo "LCOV report: $work/coverage.lcov"
-command -v genhtml >/dev/null && genhtml -q -o "$work/html" "$work/coverage.lcov" && echo "HTML report: $work/html/index.html" || true
+echo "live LCOV:    $work/live.lcov"
+echo "final report: $(ls "$work"/cov/reports/*.lcov)"
+if command -v genhtml >/dev/null; then
+    genhtml -q -o "$work/html" "$work/live.lcov" && echo "HTML report:  $work/html/index.html"
+fi

@@ -10,6 +10,28 @@ use regex::Regex;
 pub const DEFAULT_IGNORE: &str =
     r"/rustc/|/\.cargo/registry/|/\.cargo/git/|^/usr/include/|^/usr/lib/|/node_modules/|/site-packages/";
 
+/// The packages the agent is built from. Their code runs inside the
+/// program (instrumented along with it) but never belongs in its report,
+/// whatever `LIVECOV_IGNORE` says. A test checks this list against
+/// `cargo tree`.
+pub(crate) const AGENT_PACKAGES: &[&str] = &[
+    "adler2", "aho-corasick", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle",
+    "crc32fast", "crypto-common", "digest", "flate2", "futures-core", "generic-array", "http",
+    "http-body", "http-body-util", "httparse", "httpdate", "hyper", "hyper-util", "itoa", "libc",
+    "md-5", "memchr", "memmap2", "miniz_oxide", "mio", "object", "pin-project-lite", "proc-macro2",
+    "quote", "regex", "regex-automata", "regex-syntax", "rustc-demangle", "rustc-hash",
+    "serde_core", "serde_json", "simd-adler32", "smallvec", "socket2", "subtle", "syn", "tokio",
+    "tokio-macros", "typenum", "unicode-ident", "zmij",
+];
+
+/// Matches the agent's own sources and those of the packages it uses.
+pub(crate) fn agent_sources() -> Regex {
+    let packages = AGENT_PACKAGES.iter().map(|p| regex::escape(p)).collect::<Vec<_>>().join("|");
+    let own = regex::escape(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"));
+    Regex::new(&format!(r"^{own}|/(registry/src/[^/]+|git/checkouts/[^/]+/[^/]+)/({packages})-[0-9][^/]*/"))
+        .expect("the agent's source pattern is valid")
+}
+
 /// How the agent runs. [`Config::from_env`] reads the environment;
 /// programs that configure livecov in code fill it in themselves.
 #[derive(Debug, Clone)]
@@ -114,6 +136,29 @@ mod tests {
     fn config(vars: &[(&str, &str)]) -> Result<Option<Config>, String> {
         let vars: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_vars(|n| vars.get(n).cloned())
+    }
+
+    #[test]
+    fn agent_packages_are_what_cargo_tree_says() {
+        let out = std::process::Command::new(env!("CARGO"))
+            .args(["tree", "-p", "livecov", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo tree");
+        let mut packages: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .filter(|p| p != "livecov")
+            .collect();
+        packages.sort();
+        packages.dedup();
+        assert!(!packages.is_empty(), "cargo tree printed nothing: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(packages, AGENT_PACKAGES, "update AGENT_PACKAGES to the agent's dependency tree");
+        let re = agent_sources();
+        assert!(re.is_match("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.48.0/src/net/mod.rs"));
+        assert!(!re.is_match("/root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-util-0.7.0/src/lib.rs"));
+        assert!(re.is_match(concat!(env!("CARGO_MANIFEST_DIR"), "/src/agent/mod.rs")));
+        assert!(!re.is_match("/src/app/main.rs"));
     }
 
     #[test]

@@ -94,12 +94,8 @@ fn launch(config: Config) -> Result<&'static Agent, String> {
                 .map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
         }
     }
-    // The agent's own code is instrumented along with the program's; it
-    // never belongs in a report.
-    let own_source = Regex::new(&regex::escape(concat!(env!("CARGO_MANIFEST_DIR"), "/src/")))
-        .map_err(|e| e.to_string())?;
     let agent: &'static Agent = Box::leak(Box::new(Agent {
-        ignore: vec![config.ignore.clone(), own_source],
+        ignore: vec![config.ignore.clone(), config::agent_sources()],
         config,
         instance: new_instance_id(),
         started: SystemTime::now(),
