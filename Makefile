@@ -22,5 +22,6 @@ bench: deps
 
 # Fuzz the parsers of untrusted bytes (needs a nightly toolchain and cargo-fuzz).
 fuzz:
+	agent-rust/fuzz/seed-corpus.py
 	cd agent-rust/fuzz && cargo +nightly fuzz run mapping -- -max_total_time=60
 	cd agent-rust/fuzz && cargo +nightly fuzz run profile -- -max_total_time=60

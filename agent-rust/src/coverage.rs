@@ -381,7 +381,8 @@ pub fn build_segments(mut regions: Vec<CountedRegion>) -> Vec<Segment> {
             .then_with(|| a.kind().cmp(&b.kind()))
     });
     let regions = combine_regions(regions);
-    let mut builder = SegmentBuilder { regions: &regions, segments: Vec::new(), active: Vec::new() };
+    let mut builder =
+        SegmentBuilder { regions: &regions, segments: Vec::new(), active: Vec::new(), completed: Vec::new() };
     builder.build();
     builder.segments
 }
@@ -408,6 +409,8 @@ struct SegmentBuilder<'a> {
     segments: Vec<Segment>,
     /// Indices into `regions` of the regions still open, outermost first.
     active: Vec<usize>,
+    /// Scratch space for the regions completed at one step.
+    completed: Vec<usize>,
 }
 
 impl SegmentBuilder<'_> {
@@ -475,14 +478,14 @@ impl SegmentBuilder<'_> {
         let regions = self.regions;
         for (index, region) in regions.iter().enumerate() {
             let start = region.start();
-            // Active regions that end before this one starts are completed,
-            // keeping the others (and the completed ones) in order.
-            let (still_active, completed): (Vec<usize>, Vec<usize>) =
-                self.active.iter().partition(|&&i| !(regions[i].end() <= start));
-            if !completed.is_empty() {
-                let first_completed = still_active.len();
-                self.active = still_active;
-                self.active.extend(completed);
+            // Active regions that end before this one starts are completed:
+            // moved after the others, both keeping their order.
+            if self.active.iter().any(|&i| regions[i].end() <= start) {
+                self.completed.clear();
+                self.completed.extend(self.active.iter().copied().filter(|&i| regions[i].end() <= start));
+                self.active.retain(|&i| !(regions[i].end() <= start));
+                let first_completed = self.active.len();
+                self.active.extend_from_slice(&self.completed);
                 self.complete_regions_until(Some(start), first_completed);
             }
 
@@ -513,9 +516,11 @@ impl SegmentBuilder<'_> {
 }
 
 /// Line statistics for every line from 1 to the last segment's line, as
-/// llvm-cov's `LineCoverageIterator`. Lines after a run of unmapped lines
-/// with no segments are skipped over rather than visited one by one.
-pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats)) {
+/// llvm-cov's `LineCoverageIterator`, in runs: `visit(stats, n)` stands for
+/// lines `stats.line .. stats.line + n`, which all read the same. Lines
+/// between segments have the same statistics, so the walk costs one step
+/// per segment, not per line.
+pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats, u32)) {
     let mut wrapped: Option<&Segment> = None;
     let mut next = 0;
     let mut line: u32 = 1;
@@ -531,12 +536,17 @@ pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats)) {
             on_line.push(&segments[next]);
             next += 1;
         }
-        if on_line.is_empty() && !wrapped.is_some_and(|w| w.has_count) {
-            // Unmapped until the next segment's line.
-            line = segments[next].line;
+        if on_line.is_empty() {
+            // Up to the next segment's line, every line is wrapped by the
+            // same segment: mapped when it has a count.
+            let next_line = segments[next].line;
+            if wrapped.is_some_and(|w| w.has_count) {
+                visit(stats_for_line(&on_line, wrapped, line), next_line - line);
+            }
+            line = next_line;
             continue;
         }
-        visit(stats_for_line(&on_line, wrapped, line));
+        visit(stats_for_line(&on_line, wrapped, line), 1);
         line = match line.checked_add(1) {
             Some(l) => l,
             None => break,
@@ -588,9 +598,9 @@ mod tests {
 
     fn lines(segments: &[Segment]) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
-        line_stats(segments, |s| {
+        line_stats(segments, |s, run| {
             if s.mapped {
-                out.push((s.line, s.count))
+                out.extend((s.line..s.line + run).map(|l| (l, s.count)))
             }
         });
         out

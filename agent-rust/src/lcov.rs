@@ -72,6 +72,25 @@ impl Summary {
 
 /// Writes the LCOV report of `coverage`.
 pub fn write(coverage: &Coverage<'_>, options: &Options) -> String {
+    let mut out = String::new();
+    for_each_record(coverage, options, |record| out.push_str(record));
+    out
+}
+
+/// Writes the LCOV report to `out` record by record, so the whole report
+/// is never held in memory at once.
+pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut result = Ok(());
+    for_each_record(coverage, options, |record| {
+        if result.is_ok() {
+            result = out.write_all(record.as_bytes());
+        }
+    });
+    result
+}
+
+/// Hands each file's record to `emit`, in file order.
+fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl FnMut(&str)) {
     let files: Vec<FileName> = coverage
         .source_files()
         .into_iter()
@@ -84,12 +103,14 @@ pub fn write(coverage: &Coverage<'_>, options: &Options) -> String {
     if threads == 1 {
         let mut out = String::new();
         for file in files {
+            out.clear();
             write_file(&mut out, coverage, file, options);
+            emit(&out);
         }
-        return out;
+        return;
     }
     // Files take very different times: threads take the next file from a
-    // shared index, and the records are joined in file order.
+    // shared index, and the records are emitted in file order.
     let next = AtomicUsize::new(0);
     let mut records: Vec<(usize, String)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
@@ -112,7 +133,9 @@ pub fn write(coverage: &Coverage<'_>, options: &Options) -> String {
             .collect()
     });
     records.sort_unstable_by_key(|(i, _)| *i);
-    records.into_iter().map(|(_, r)| r).collect()
+    for (_, record) in records {
+        emit(&record);
+    }
 }
 
 fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options: &Options) {
@@ -135,9 +158,11 @@ fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options
 
     if !options.summary_only {
         let data = coverage.for_file(file);
-        line_stats(&data.segments, |s| {
+        line_stats(&data.segments, |s, run| {
             if s.mapped {
-                let _ = writeln!(out, "DA:{},{}", s.line, s.count);
+                for line in s.line..s.line + run {
+                    let _ = writeln!(out, "DA:{line},{}", s.count);
+                }
             }
         });
         if !options.skip_branches {
@@ -178,10 +203,10 @@ fn file_summary(coverage: &Coverage<'_>, file: FileName) -> (Summary, u64, u64) 
 fn function_summary(coverage: &Coverage<'_>, index: usize) -> Summary {
     let data = coverage.for_function(index);
     let mut s = Summary::default();
-    line_stats(&data.segments, |l| {
+    line_stats(&data.segments, |l, run| {
         if l.mapped {
-            s.lines += 1;
-            s.lines_hit += u64::from(l.count > 0);
+            s.lines += u64::from(run);
+            s.lines_hit += if l.count > 0 { u64::from(run) } else { 0 };
         }
     });
     s.add_branches(&data.branches);

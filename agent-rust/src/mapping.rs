@@ -314,14 +314,14 @@ fn check_version(stored: u32) -> Result<()> {
         return Err(Error::Unsupported(format!(
             "coverage mapping Version{} is too old: livecov reads Version4 to Version7 \
              (clang 11 or later, rustc with -C instrument-coverage); rebuild with a newer compiler",
-            stored + 1
+            u64::from(stored) + 1
         )));
     }
     if stored > LAST_SUPPORTED_VERSION {
         return Err(Error::Unsupported(format!(
             "coverage mapping Version{} is newer than this livecov understands (Version4 to Version7); \
              upgrade livecov",
-            stored + 1
+            u64::from(stored) + 1
         )));
     }
     Ok(())

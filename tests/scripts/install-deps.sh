@@ -2,11 +2,14 @@
 # Installs what the tests need on a fresh Debian machine, and does nothing
 # (quickly) when it is all there already:
 # - LLVM 22's llvm-cov and llvm-profdata (rustup component llvm-tools), the oracle;
-# - clang-19 and clang-14 with their profile runtimes, to build the C/C++ fixtures;
-# - llvm-profdata-14, to index clang-14 profiles for llvm-cov 22.
+# - clang-19, clang-14 and clang-13 with their profile runtimes, to build the
+#   C/C++ fixtures (clang-13's libclang_rt.profile is in libclang-common-13-dev,
+#   which clang-13 depends on; there is no libclang-rt-13-dev);
+# - llvm-profdata-14 and llvm-profdata-13, to index clang-14 and clang-13
+#   profiles for llvm-cov 22.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 llvm-14 libclang-rt-14-dev libclang-rt-19-dev)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl)
 
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -24,6 +24,7 @@
 //! | `rust`      | `Rustc`   | `fixtures/rust` (app + shapes crates) | `app`           |
 //! | `c-clang19` | `Clang19` | `fixtures/c`           | `main`                     |
 //! | `c-clang14` | `Clang14` | `fixtures/c`           | `main`                     |
+//! | `c-clang13` | `Clang13` | `fixtures/c`           | `main`                     |
 //! | `cpp`       | `Clang19` | `fixtures/cpp`         | `main`                     |
 //! | `sharedlib` | `Clang19` | `fixtures/sharedlib`   | `host`, `libplugin.so`     |
 //!
@@ -51,12 +52,14 @@ pub enum Toolchain {
     Clang19,
     /// Debian's clang-14 (coverage mapping and raw profiles of LLVM 14).
     Clang14,
+    /// Debian's clang-13 (raw profile version 7, coverage mapping Version6).
+    Clang13,
 }
 
 /// A built fixture and the profiles of its runs.
 #[derive(Debug)]
 pub struct Fixture {
-    /// `rust`, `c-clang19`, `c-clang14`, `cpp` or `sharedlib`.
+    /// `rust`, `c-clang19`, `c-clang14`, `c-clang13`, `cpp` or `sharedlib`.
     pub name: String,
     pub toolchain: Toolchain,
     /// The fixture's source folder, `<workspace>/fixtures/...`.
@@ -107,6 +110,7 @@ pub fn fixtures() -> &'static [Fixture] {
                 scope.spawn(move || specs::rust(root)),
                 scope.spawn(move || specs::c(root, Toolchain::Clang19)),
                 scope.spawn(move || specs::c(root, Toolchain::Clang14)),
+                scope.spawn(move || specs::c(root, Toolchain::Clang13)),
                 scope.spawn(move || specs::cpp(root)),
                 scope.spawn(move || specs::sharedlib(root)),
             ];
@@ -122,7 +126,7 @@ pub fn fixtures() -> &'static [Fixture] {
     })
 }
 
-/// The fixture named `name` (see [`fixtures`]); panics when there is none.
+/// The fixture named `name`. Panics when there is none.
 pub fn fixture(name: &str) -> &'static Fixture {
     fixtures()
         .iter()

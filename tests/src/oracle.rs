@@ -1,6 +1,6 @@
 //! The oracle: what real LLVM tools say about a run. `llvm-profdata merge`
-//! (LLVM 14's for clang-14 profiles, LLVM 22's otherwise), then LLVM 22's
-//! `llvm-cov export -format=lcov`.
+//! (LLVM 13's or 14's for clang-13 or clang-14 profiles, LLVM 22's
+//! otherwise), then LLVM 22's `llvm-cov export -format=lcov`.
 
 use crate::tools::{llvm_tool, run_checked, system_tool};
 use crate::{Fixture, Run, Toolchain};
@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The `llvm-profdata` that reads `toolchain`'s raw profiles: LLVM 22's (rustup
 /// llvm-tools) for rustc and clang-19, Debian's llvm-profdata-14 for clang-14
-/// (LLVM 22 rejects raw profile version 8).
+/// and llvm-profdata-13 for clang-13 (LLVM 22 rejects raw profile versions 7
+/// and 8).
 pub fn profdata_tool(toolchain: Toolchain) -> PathBuf {
     match toolchain {
         Toolchain::Rustc | Toolchain::Clang19 => llvm_tool("llvm-profdata"),
         Toolchain::Clang14 => system_tool("llvm-profdata-14", "llvm-14"),
+        Toolchain::Clang13 => system_tool("llvm-profdata-13", "llvm-13"),
     }
 }
 

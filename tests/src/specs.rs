@@ -181,23 +181,27 @@ const CLANG_FLAGS: &[&str] = &[
 
 /// A clang compiler of `toolchain` (`clang-19`, `clang++-14`...) with its profile runtime.
 fn clang(toolchain: Toolchain, cxx: bool) -> PathBuf {
-    let (version, package) = match toolchain {
-        Toolchain::Clang19 => ("19", "clang-19"),
-        Toolchain::Clang14 => ("14", "clang-14"),
+    // Debian 12 ships the profile runtime of clang 14 and later in
+    // libclang-rt-N-dev, and clang 13's in libclang-common-13-dev.
+    let (version, package, runtime) = match toolchain {
+        Toolchain::Clang19 => ("19", "clang-19", "libclang-rt-19-dev"),
+        Toolchain::Clang14 => ("14", "clang-14", "libclang-rt-14-dev"),
+        Toolchain::Clang13 => ("13", "clang-13", "libclang-common-13-dev"),
         Toolchain::Rustc => unreachable!("rustc is not a clang"),
     };
     let name = format!("{}-{version}", if cxx { "clang++" } else { "clang" });
     let compiler = system_tool(&name, package);
-    require_profile_runtime(&compiler, &format!("libclang-rt-{version}-dev"));
+    require_profile_runtime(&compiler, runtime);
     compiler
 }
 
-/// `fixtures/c` built by clang-19 or clang-14, compiled from the source folder
+/// `fixtures/c` built by clang-19, clang-14 or clang-13, compiled from the source folder
 /// with relative file names (so the coverage mapping stores a compilation dir).
 pub(crate) fn c(root: &Path, toolchain: Toolchain) -> Fixture {
     let name = match toolchain {
         Toolchain::Clang19 => "c-clang19",
         Toolchain::Clang14 => "c-clang14",
+        Toolchain::Clang13 => "c-clang13",
         Toolchain::Rustc => unreachable!("the C fixture is built by clang"),
     };
     let compiler = clang(toolchain, false);

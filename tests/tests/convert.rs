@@ -118,6 +118,11 @@ fn c_clang14_fixture_matches_llvm_cov() {
 }
 
 #[test]
+fn c_clang13_fixture_matches_llvm_cov() {
+    check_fixture("c-clang13");
+}
+
+#[test]
 fn cpp_fixture_matches_llvm_cov() {
     check_fixture("cpp");
 }

@@ -12,7 +12,7 @@ fn every_fixture_has_runs_with_distinct_coverage() {
     let names: Vec<&str> = all.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(
         names,
-        ["rust", "c-clang19", "c-clang14", "cpp", "sharedlib"]
+        ["rust", "c-clang19", "c-clang14", "c-clang13", "cpp", "sharedlib"]
     );
     for fixture in all {
         assert!(
