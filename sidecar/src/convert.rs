@@ -90,10 +90,14 @@ pub fn run(args: Args) -> Result<()> {
             coverage.mismatched.len()
         );
     }
-    let report = lcov::write(&coverage, &options);
     match &args.output {
-        Some(out) => write_atomically(out, report.as_bytes())?,
-        None => std::io::stdout().lock().write_all(report.as_bytes()).context("writing to standard output")?,
+        Some(out) => write_atomically(out, |file| lcov::write_to(&coverage, &options, file))?,
+        None => {
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            lcov::write_to(&coverage, &options, &mut stdout)
+                .and_then(|()| stdout.flush())
+                .context("writing to standard output")?
+        }
     }
     Ok(())
 }
@@ -189,8 +193,16 @@ fn check_binary_ids(profile: &Path, ids: &[Vec<u8>], objects: &[(PathBuf, Vec<u8
 
 /// Writes to a temporary file beside `path` and renames it, so a reader
 /// never sees a torn report.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+fn write_atomically(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>) -> Result<()> {
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    let result = fs::File::create(&tmp).and_then(|file| {
+        let mut out = std::io::BufWriter::new(file);
+        write(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    });
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
+    }
     fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
