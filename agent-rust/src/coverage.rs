@@ -483,7 +483,7 @@ impl SegmentBuilder<'_> {
             if self.active.iter().any(|&i| regions[i].end() <= start) {
                 self.completed.clear();
                 self.completed.extend(self.active.iter().copied().filter(|&i| regions[i].end() <= start));
-                self.active.retain(|&i| !(regions[i].end() <= start));
+                self.active.retain(|&i| regions[i].end() > start);
                 let first_completed = self.active.len();
                 self.active.extend_from_slice(&self.completed);
                 self.complete_regions_until(Some(start), first_completed);

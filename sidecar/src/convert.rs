@@ -102,9 +102,14 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// Objects and their build ids.
+type BuildIds = Vec<(PathBuf, Vec<u8>)>;
+/// Profile files and the build ids each of their profiles names.
+type ProfileIds = Vec<(PathBuf, Vec<Vec<u8>>)>;
+
 /// Reads the coverage mapping of the binary and the extra objects, with the
 /// build id of each object that has one.
-fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, Vec<(PathBuf, Vec<u8>)>)> {
+fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, BuildIds)> {
     let mut mapping = CoverageMapping::new();
     let mut build_ids = Vec::new();
     let mut found = false;
@@ -139,8 +144,7 @@ fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, 
 
 /// Reads and merges the raw profiles; returns the binary ids each profile
 /// names, for checking against the objects.
-#[allow(clippy::type_complexity)]
-fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, Vec<(PathBuf, Vec<Vec<u8>>)>)> {
+fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, ProfileIds)> {
     let mut counters = Counters::new();
     let mut reader = ProfileReader::new();
     let mut ids = Vec::new();

@@ -48,11 +48,10 @@ pub struct Agent {
 /// second time. Never panics: a bad configuration is reported on stderr and
 /// the program runs on without the agent.
 ///
+/// The first line of `main`:
+///
 /// ```no_run
-/// fn main() {
-///     livecov::start();
-///     // ... the program
-/// }
+/// livecov::start();
 /// ```
 pub fn start() -> Option<&'static Agent> {
     if let Some(agent) = current() {

@@ -312,10 +312,10 @@ fn write(s: &Spec) -> Vec<u8> {
         }
     }
     w.buf.extend_from_slice(&counters.buf);
-    w.buf.extend(std::iter::repeat(0).take(pad_counters));
+    w.buf.extend(std::iter::repeat_n(0, pad_counters));
     if v >= 9 {
         w.buf.extend_from_slice(&bitmap);
-        w.buf.extend(std::iter::repeat(0).take(pad_bitmap));
+        w.buf.extend(std::iter::repeat_n(0, pad_bitmap));
     }
     w.buf.extend_from_slice(&names_sec);
     w.pad8();
