@@ -136,6 +136,13 @@ impl<'a> Bytes<'a> {
 
     /// An unsigned LEB128 number of at most 64 bits.
     pub fn uleb(&mut self) -> Result<u64> {
+        // Most numbers in coverage mappings fit in one byte.
+        if let Some(&byte) = self.data.get(self.pos) {
+            if byte & 0x80 == 0 {
+                self.pos += 1;
+                return Ok(u64::from(byte));
+            }
+        }
         let start = self.pos;
         let mut value = 0u64;
         let mut shift = 0;

@@ -110,6 +110,17 @@ pub struct Coverage<'m> {
 
 impl<'m> Coverage<'m> {
     pub fn new(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
+        Self::of_functions(mapping, counters, 0..mapping.functions.len())
+    }
+
+    /// Coverage of some of the mapping's functions (indices ascending).
+    /// For the records of a file it suffices to load the functions that
+    /// touch it: duplicates of a function have the same files.
+    pub fn of_functions(
+        mapping: &'m CoverageMapping,
+        counters: &dyn CounterSource,
+        indices: impl Iterator<Item = usize>,
+    ) -> Self {
         let mut coverage = Coverage {
             mapping,
             functions: Vec::new(),
@@ -119,7 +130,7 @@ impl<'m> Coverage<'m> {
         // (files, name) pairs already loaded: a later record of the same
         // function from another object is a duplicate.
         let mut provenance: FxHashSet<(&[FileName], &str)> = FxHashSet::default();
-        for f in &mapping.functions {
+        for f in indices.filter_map(|i| mapping.functions.get(i)) {
             let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
                 Lookup::Found { counters, .. } => counters,
                 Lookup::HashMismatch => {

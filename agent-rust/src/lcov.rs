@@ -91,14 +91,8 @@ pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl std::
 
 /// Hands each file's record to `emit`, in file order.
 fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl FnMut(&str)) {
-    let files: Vec<FileName> = coverage
-        .source_files()
-        .into_iter()
-        .filter(|&f| {
-            let name = coverage.mapping.file_name(f);
-            !options.ignore_filename_regex.iter().any(|re| re.is_match(name))
-        })
-        .collect();
+    let files: Vec<FileName> =
+        coverage.source_files().into_iter().filter(|&f| !is_ignored(coverage, f, options)).collect();
     let threads = options.threads.clamp(1, files.len().max(1));
     if threads == 1 {
         let mut out = String::new();
@@ -138,7 +132,15 @@ fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl Fn
     }
 }
 
-fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options: &Options) {
+/// Whether `options` leave `file` out of reports.
+pub fn is_ignored(coverage: &Coverage<'_>, file: FileName, options: &Options) -> bool {
+    let name = coverage.mapping.file_name(file);
+    options.ignore_filename_regex.iter().any(|re| re.is_match(name))
+}
+
+/// Appends the record of one file (which must be one of
+/// `coverage.source_files()`).
+pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, options: &Options) {
     if let Some(test) = &options.test_name {
         let _ = writeln!(out, "TN:{test}");
     }

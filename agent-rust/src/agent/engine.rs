@@ -8,13 +8,14 @@
 //! program's own exit profile stays whole.
 
 use regex::Regex;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
 use crate::coverage::Coverage;
 use crate::error::{Error, Result};
 use crate::lcov;
-use crate::mapping::CoverageMapping;
-use crate::profile::{self, Counters, ModuleImage, RawProfile};
+use crate::mapping::{CoverageMapping, FileName};
+use crate::profile::{self, Counters, Lookup, ModuleImage, RawProfile};
 
 /// Everything derived from the loaded modules, and the reset baseline.
 #[derive(Default)]
@@ -24,6 +25,48 @@ pub struct Engine {
     mapping: CoverageMapping,
     /// Per module: counter bytes at the last reset.
     baseline: Vec<Option<Vec<u8>>>,
+    /// Every file of the mapping, sorted by name (report order).
+    files: Vec<FileName>,
+    records: RecordCache,
+}
+
+/// The last report, file by file, and the counts it was computed from.
+/// A dump recomputes only the records of files whose functions' counts
+/// changed: between two dumps of a service, most code did not run.
+#[derive(Default)]
+struct RecordCache {
+    /// The options the records were written with (test name, demangling).
+    written_with: Option<(Option<String>, bool)>,
+    /// Per mapping function: what the counters said last time.
+    counts: Vec<Option<Counts>>,
+    /// Per file: its record, `None` when it is not in the report.
+    records: FxHashMap<FileName, Option<String>>,
+}
+
+/// What a function's lookup gave, kept to tell whether it changed.
+#[derive(PartialEq, Eq)]
+enum Counts {
+    Found(Vec<u64>),
+    Mismatch,
+    Unknown,
+}
+
+impl Counts {
+    fn of(lookup: Lookup<'_>) -> Counts {
+        match lookup {
+            Lookup::Found { counters, .. } => Counts::Found(counters.to_vec()),
+            Lookup::HashMismatch => Counts::Mismatch,
+            Lookup::Unknown => Counts::Unknown,
+        }
+    }
+
+    fn is(&self, lookup: &Lookup<'_>) -> bool {
+        match (self, lookup) {
+            (Counts::Found(old), Lookup::Found { counters, .. }) => old == counters,
+            (Counts::Mismatch, Lookup::HashMismatch) | (Counts::Unknown, Lookup::Unknown) => true,
+            _ => false,
+        }
+    }
 }
 
 /// What a report includes.
@@ -57,6 +100,10 @@ impl Engine {
             baseline.push(base);
         }
         modules::publish_counter_ranges(modules.iter().map(Module::counter_range).collect::<Vec<CounterRange>>());
+        let mut files: Vec<FileName> = (0..mapping.files.len() as FileName).collect();
+        files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
+        self.files = files;
+        self.records = RecordCache::default();
         self.ids = ids;
         self.modules = modules;
         self.baseline = baseline;
@@ -145,17 +192,43 @@ impl Engine {
     /// The LCOV report of the counts since start (or the last reset).
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
         let (counters, _) = self.counters(reset)?;
-        let coverage = Coverage::new(&self.mapping, &counters);
-        let report = lcov::write(
-            &coverage,
-            &lcov::Options {
-                ignore_filename_regex: options.ignore.to_vec(),
-                no_demangle: !options.demangle,
-                test_name: options.test_name.map(str::to_owned),
-                ..lcov::Options::default()
-            },
-        );
-        Ok(map_paths(report, options.path_map))
+        let lcov_options = lcov::Options {
+            ignore_filename_regex: options.ignore.to_vec(),
+            no_demangle: !options.demangle,
+            test_name: options.test_name.map(str::to_owned),
+            ..lcov::Options::default()
+        };
+        let cache = &mut self.records;
+        let written_with = Some((lcov_options.test_name.clone(), options.demangle));
+        if cache.written_with != written_with {
+            *cache = RecordCache { written_with, ..RecordCache::default() };
+        }
+        cache.counts.resize_with(self.mapping.functions.len(), || None);
+
+        // Functions whose counts changed, and the files they touch.
+        let mut changed_files: FxHashSet<FileName> = FxHashSet::default();
+        for (f, last) in self.mapping.functions.iter().zip(cache.counts.iter_mut()) {
+            let lookup = counters.lookup(f.name_ref, f.hash);
+            if !last.as_ref().is_some_and(|c| c.is(&lookup)) {
+                *last = Some(Counts::of(lookup));
+                changed_files.extend(f.filenames.iter().copied());
+            }
+        }
+        if !changed_files.is_empty() {
+            let functions = (0..self.mapping.functions.len())
+                .filter(|&i| self.mapping.functions[i].filenames.iter().any(|f| changed_files.contains(f)));
+            let coverage = Coverage::of_functions(&self.mapping, &counters, functions);
+            let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
+            for file in changed_files {
+                let record = (present.contains(&file) && !lcov::is_ignored(&coverage, file, &lcov_options)).then(|| {
+                    let mut record = String::new();
+                    lcov::write_file(&mut record, &coverage, file, &lcov_options);
+                    map_paths(record, options.path_map)
+                });
+                cache.records.insert(file, record);
+            }
+        }
+        Ok(self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect())
     }
 
     /// A raw profile per module, concatenated, as the runtime would write
