@@ -1,0 +1,121 @@
+//! Where a command's result goes: a file, written atomically, or standard output.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Writes `bytes` to `path` through a temporary file in the same folder
+/// and a rename, so that a reader never sees a torn file; or to standard
+/// output when `path` is `None` or `-`.
+pub fn write_output(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
+    Output::open(path)?.commit(bytes)
+}
+
+/// An output opened before its content is known, so that a command that
+/// cannot write its result fails before doing anything it cannot undo
+/// (such as resetting a target's counters).
+pub enum Output {
+    Stdout,
+    File(AtomicFile),
+}
+
+impl Output {
+    /// Standard output for `None` or `-`, else a temporary file beside `path`.
+    pub fn open(path: Option<&Path>) -> Result<Output> {
+        match path {
+            Some(path) if path != Path::new("-") => Ok(Output::File(AtomicFile::create(path)?)),
+            _ => Ok(Output::Stdout),
+        }
+    }
+
+    pub fn is_stdout(&self) -> bool {
+        matches!(self, Output::Stdout)
+    }
+
+    /// Writes what `write` writes (through a buffer) and, for a file,
+    /// renames it into place.
+    pub fn commit_with(self, write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+        match self {
+            Output::Stdout => {
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+                write(&mut out).and_then(|()| out.flush()).context("writing to standard output")
+            }
+            Output::File(mut file) => {
+                let f = file.file.as_mut().expect("an uncommitted file");
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, f);
+                let written = write(&mut out).and_then(|()| out.flush());
+                drop(out);
+                written.with_context(|| format!("cannot write {}", file.tmp.display()))?;
+                file.commit(&[])
+            }
+        }
+    }
+
+    pub fn commit(self, bytes: &[u8]) -> Result<()> {
+        match self {
+            Output::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")
+            }
+            Output::File(file) => file.commit(bytes),
+        }
+    }
+}
+
+/// A temporary file beside its destination, renamed over it on
+/// [`commit`](AtomicFile::commit) and removed if dropped before.
+pub struct AtomicFile {
+    path: PathBuf,
+    tmp: PathBuf,
+    file: Option<fs::File>,
+}
+
+impl AtomicFile {
+    pub fn create(path: &Path) -> Result<AtomicFile> {
+        let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
+        let tmp = path.with_file_name(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
+        let file = fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        Ok(AtomicFile { path: path.to_owned(), tmp, file: Some(file) })
+    }
+
+    pub fn commit(mut self, bytes: &[u8]) -> Result<()> {
+        let mut file = self.file.take().expect("an uncommitted file");
+        file.write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("cannot write {}", self.tmp.display()))?;
+        drop(file);
+        fs::rename(&self.tmp, &self.path)
+            .with_context(|| format!("cannot rename {} to {}", self.tmp.display(), self.path.display()))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // Not committed, or the commit failed: leave nothing behind.
+        if self.file.is_some() || self.tmp.exists() {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_replace_the_file_and_leave_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.lcov");
+        write_output(Some(&out), b"one").unwrap();
+        write_output(Some(&out), b"two").unwrap();
+        assert_eq!(fs::read(&out).unwrap(), b"two");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        let e = write_output(Some(&dir.path().join("missing/out.lcov")), b"x").unwrap_err();
+        assert!(format!("{e:#}").contains("cannot create"), "{e:#}");
+        // Opened and dropped: nothing left.
+        drop(Output::open(Some(&dir.path().join("other.lcov"))).unwrap());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
