@@ -400,19 +400,15 @@ pub fn build_segments(mut regions: Vec<CountedRegion>) -> Vec<Segment> {
 
 /// Regions with the same extent become one; counts of the same kind as the
 /// first add up (a macro expanded in a macro must not count twice).
-fn combine_regions(regions: Vec<CountedRegion>) -> Vec<CountedRegion> {
-    let mut out: Vec<CountedRegion> = Vec::with_capacity(regions.len());
-    for r in regions {
-        match out.last_mut() {
-            Some(active) if active.start() == r.start() && active.end() == r.end() => {
-                if active.kind() == r.kind() {
-                    active.count = active.count.wrapping_add(r.count);
-                }
-            }
-            _ => out.push(r),
+fn combine_regions(mut regions: Vec<CountedRegion>) -> Vec<CountedRegion> {
+    regions.dedup_by(|r, active| {
+        let same = active.start() == r.start() && active.end() == r.end();
+        if same && active.kind() == r.kind() {
+            active.count = active.count.wrapping_add(r.count);
         }
-    }
-    out
+        same
+    });
+    regions
 }
 
 struct SegmentBuilder<'a> {
