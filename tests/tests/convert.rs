@@ -131,3 +131,31 @@ fn cpp_fixture_matches_llvm_cov() {
 fn shared_object_fixture_matches_llvm_cov() {
     check_fixture("sharedlib");
 }
+
+#[test]
+fn a_profile_of_another_build_is_refused_naming_both_build_ids() {
+    // The clang-19 build's profile against the clang-14 build of the same
+    // sources: both carry GNU build ids, and they differ.
+    let theirs = fixture("c-clang19");
+    let ours = fixture("c-clang14");
+    let out = Command::new(livecov())
+        .arg("convert")
+        .arg("--binary")
+        .arg(&ours.binary)
+        .arg("--profraw")
+        .args(&theirs.runs[0].profraws)
+        .output()
+        .expect("run livecov convert");
+    assert!(!out.status.success(), "a foreign profile was accepted");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = |binary: &std::path::Path| {
+        let data = std::fs::read(binary).expect("read the fixture binary");
+        let file = object::File::parse(&*data).expect("an ELF file");
+        use object::Object;
+        let id = file.build_id().expect("build id note").expect("a build id");
+        id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    assert!(stderr.contains(&id(&theirs.binary)), "the profile's build id is not named: {stderr}");
+    assert!(stderr.contains(&id(&ours.binary)), "the binary's build id is not named: {stderr}");
+    assert!(stderr.contains("build id"), "{stderr}");
+}
