@@ -342,8 +342,10 @@ struct Entry {
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
     by_name: FxHashMap<u64, Vec<Entry>>,
-    /// The names of the last profile added, by name reference.
-    names: NameIndex,
+    /// Name sections seen so far, indexed by name reference: hashing every
+    /// name is most of the work of adding a profile, and the profiles of one
+    /// module (one per dump, for the agent) share their names.
+    names: Vec<NameIndex>,
     unnamed: Vec<Entry>,
     variant: Option<Variant>,
     profiles: usize,
@@ -363,6 +365,9 @@ impl NameIndex {
         NameIndex { list, by_ref }
     }
 }
+
+/// Name sections whose index is kept (one per loaded module, usually few).
+const MAX_NAME_SECTIONS: usize = 64;
 
 /// Warnings kept before further ones are only counted.
 const MAX_WARNINGS: usize = 1000;
@@ -388,6 +393,13 @@ impl Counters {
     /// No profiles yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Forgets every profile added, but keeps the name indices, for a new
+    /// merge of profiles of the same modules.
+    pub fn clear(&mut self) {
+        let names = std::mem::take(&mut self.names);
+        *self = Counters { names, ..Counters::default() };
     }
 
     /// Merges one profile in.
@@ -419,11 +431,18 @@ impl Counters {
         self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
         self.profiles += 1;
 
-        // Profiles of one binary carry the same names: hash them once.
-        if !Arc::ptr_eq(&profile.names, &self.names.list) && profile.names != self.names.list {
-            self.names = NameIndex::new(profile.names);
-        }
-        let names = &self.names;
+        let known = self
+            .names
+            .iter()
+            .position(|n| Arc::ptr_eq(&profile.names, &n.list) || profile.names == n.list);
+        let index = known.unwrap_or_else(|| {
+            if self.names.len() == MAX_NAME_SECTIONS {
+                self.names.remove(0);
+            }
+            self.names.push(NameIndex::new(profile.names));
+            self.names.len() - 1
+        });
+        let names = &self.names[index];
         let mut unresolved = HashSet::new();
         let mut pending = Vec::new();
         for record in profile.records {

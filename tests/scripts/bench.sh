@@ -13,7 +13,9 @@
 # /usr/bin/time's %M (the max of the two steps for llvm), median over the runs.
 # Then says whether the LCOV outputs are byte-identical (livecov with
 # --no-demangle, as llvm-cov does not demangle); a difference is reported,
-# not fatal. Run from anywhere as `make bench`; not part of CI.
+# not fatal. Then runs tests/scripts/bench-agent.sh (the in-process agent's
+# dumps against the same LLVM tools, its memory, and a service's throughput
+# under dumps). Run from anywhere as `make bench`; not part of CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -155,3 +157,7 @@ if [ "$differing" -eq 0 ] && cmp -s "$work/out/ref.lcov" "$work/out/livecov-node
 else
     echo "identical: no ($differing differing lines; diff $work/out/ref.lcov $work/out/livecov-nodemangle.lcov)"
 fi
+
+# --- the in-process agent ------------------------------------------------------
+echo
+"$root/tests/scripts/bench-agent.sh"

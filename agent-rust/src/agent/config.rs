@@ -24,6 +24,18 @@ pub(crate) const AGENT_PACKAGES: &[&str] = &[
     "tokio-macros", "typenum", "unicode-ident", "zmij",
 ];
 
+/// What reports leave out: the configured pattern (or the default) and
+/// the agent's own sources. Compiled at the first dump (compiling costs
+/// more than the rest of the start), the default ones once per process.
+pub(crate) fn ignore_patterns(configured: Option<&Regex>) -> Vec<Regex> {
+    static DEFAULT: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    static AGENT: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let configured = configured.cloned().unwrap_or_else(|| {
+        DEFAULT.get_or_init(|| Regex::new(DEFAULT_IGNORE).expect("the default ignore pattern is valid")).clone()
+    });
+    vec![configured, AGENT.get_or_init(agent_sources).clone()]
+}
+
 /// Matches the agent's own sources and those of the packages it uses.
 pub(crate) fn agent_sources() -> Regex {
     let packages = AGENT_PACKAGES.iter().map(|p| regex::escape(p)).collect::<Vec<_>>().join("|");
@@ -42,8 +54,9 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// Bearer token required on TCP.
     pub token: Option<String>,
-    /// Files left out of reports (`LIVECOV_IGNORE`).
-    pub ignore: Regex,
+    /// Files left out of reports (`LIVECOV_IGNORE`); `None`: the default,
+    /// [`DEFAULT_IGNORE`] (compiled at the first dump, not at start).
+    pub ignore: Option<Regex>,
     /// Function names demangled (`LIVECOV_DEMANGLE=0` turns it off).
     pub demangle: bool,
     /// Period of report writes (`LIVECOV_FLUSH_SECS`); none when `None`.
@@ -52,6 +65,9 @@ pub struct Config {
     pub path_map: Vec<(String, String)>,
     /// Mode of the socket file (`LIVECOV_SOCKET_MODE`, octal; 0600).
     pub socket_mode: u32,
+    /// The runtime named in instance ids (`<runtime>-<pid>-<hex>`) and in
+    /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
+    pub runtime: &'static str,
 }
 
 impl Default for Config {
@@ -60,11 +76,12 @@ impl Default for Config {
             dir: None,
             listen: None,
             token: None,
-            ignore: Regex::new(DEFAULT_IGNORE).expect("the default ignore pattern is valid"),
+            ignore: None,
             demangle: true,
             flush_every: None,
             path_map: Vec::new(),
             socket_mode: 0o600,
+            runtime: "rust",
         }
     }
 }
@@ -77,55 +94,129 @@ impl Config {
     }
 
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, String> {
-        let dir = var("LIVECOV_DIR").map(PathBuf::from);
-        let listen = match var("LIVECOV_LISTEN") {
-            None => None,
-            Some(v) => Some(v.parse().map_err(|_| {
-                format!("LIVECOV_LISTEN={v:?} is not an address such as 0.0.0.0:9464 or 127.0.0.1:9464")
-            })?),
-        };
+        let env = |key: &str| var(&format!("LIVECOV_{}", key.to_ascii_uppercase()));
+        let name = |key: &str| format!("LIVECOV_{}", key.to_ascii_uppercase());
+        let dir = env("dir").map(PathBuf::from);
+        let listen = parse_listen(env("listen"), &name)?;
         if dir.is_none() && listen.is_none() {
             return Ok(None);
         }
         let mut config = Config { dir, listen, ..Config::default() };
-        config.token = match (var("LIVECOV_TOKEN"), var("LIVECOV_TOKEN_FILE")) {
+        config.fill(env, name)?;
+        Ok(Some(config))
+    }
+
+    /// A configuration string, as the C-ABI shim's `livecov_start` takes it:
+    /// `key=value` entries separated by `;` (a literal `;` in a value is
+    /// written `;;`), with the keys of the environment variables in lower
+    /// case and without `LIVECOV_`: `dir`, `listen`, `token`, `token_file`,
+    /// `ignore`, `demangle`, `flush_secs`, `path_map`, `socket_mode`. Spaces
+    /// around keys and values are ignored; an empty string is the default
+    /// configuration (no socket, no TCP: the program dumps through the API).
+    ///
+    /// `dir=/tmp/cov;listen=127.0.0.1:0;token=x;flush_secs=1;demangle=0;path_map=/build=/src`
+    pub fn from_config_string(text: &str) -> Result<Config, String> {
+        const KEYS: &[&str] =
+            &["dir", "listen", "token", "token_file", "ignore", "demangle", "flush_secs", "path_map", "socket_mode"];
+        let mut values: Vec<(String, String)> = Vec::new();
+        for entry in split_entries(text) {
+            if entry.trim().is_empty() {
+                continue;
+            }
+            let (key, value) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("configuration entry {:?} is not key=value", entry.trim()))?;
+            let key = key.trim();
+            if !KEYS.contains(&key) {
+                return Err(format!("unknown configuration key {key:?} (known keys: {})", KEYS.join(", ")));
+            }
+            if values.iter().any(|(k, _)| k == key) {
+                return Err(format!("configuration key {key:?} is given twice"));
+            }
+            values.push((key.to_owned(), value.trim().to_owned()));
+        }
+        let var = |key: &str| values.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+        let name = |key: &str| key.to_owned();
+        let mut config = Config {
+            dir: var("dir").map(PathBuf::from),
+            listen: parse_listen(var("listen"), &name)?,
+            ..Config::default()
+        };
+        config.fill(var, name)?;
+        Ok(config)
+    }
+
+    /// Everything but `dir` and `listen`, from `var(key)` (lower-case keys);
+    /// `name(key)` is how messages call a key.
+    fn fill(&mut self, var: impl Fn(&str) -> Option<String>, name: impl Fn(&str) -> String) -> Result<(), String> {
+        self.token = match (var("token"), var("token_file")) {
             (Some(t), _) => Some(t),
             (None, Some(path)) => Some(
                 std::fs::read_to_string(&path)
-                    .map_err(|e| format!("LIVECOV_TOKEN_FILE={path}: {e}"))?
+                    .map_err(|e| format!("{}={path}: {e}", name("token_file")))?
                     .trim()
                     .to_owned(),
             ),
             (None, None) => None,
         };
-        if let Some(re) = var("LIVECOV_IGNORE") {
-            config.ignore = Regex::new(&re).map_err(|e| format!("LIVECOV_IGNORE is not a valid regular expression: {e}"))?;
+        if let Some(re) = var("ignore") {
+            self.ignore = Some(
+                Regex::new(&re).map_err(|e| format!("{} is not a valid regular expression: {e}", name("ignore")))?,
+            );
         }
-        config.demangle = var("LIVECOV_DEMANGLE").is_none_or(|v| v != "0");
-        if let Some(secs) = var("LIVECOV_FLUSH_SECS") {
+        self.demangle = var("demangle").is_none_or(|v| v != "0");
+        if let Some(secs) = var("flush_secs") {
             let secs: f64 = secs
                 .parse()
                 .ok()
                 .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| format!("LIVECOV_FLUSH_SECS={secs:?} is not a positive number of seconds"))?;
-            config.flush_every = Some(Duration::from_secs_f64(secs));
+                .ok_or_else(|| format!("{}={secs:?} is not a positive number of seconds", name("flush_secs")))?;
+            self.flush_every = Some(Duration::from_secs_f64(secs));
         }
-        if let Some(map) = var("LIVECOV_PATH_MAP") {
+        if let Some(map) = var("path_map") {
             for pair in map.split(',').filter(|p| !p.is_empty()) {
                 let (from, to) = pair
                     .split_once('=')
-                    .ok_or_else(|| format!("LIVECOV_PATH_MAP entry {pair:?} is not from=to"))?;
-                config.path_map.push((from.to_owned(), to.to_owned()));
+                    .ok_or_else(|| format!("{} entry {pair:?} is not from=to", name("path_map")))?;
+                self.path_map.push((from.to_owned(), to.to_owned()));
             }
         }
-        if let Some(mode) = var("LIVECOV_SOCKET_MODE") {
-            config.socket_mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+        if let Some(mode) = var("socket_mode") {
+            self.socket_mode = u32::from_str_radix(mode.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|m| *m <= 0o777)
-                .ok_or_else(|| format!("LIVECOV_SOCKET_MODE={mode:?} is not an octal file mode such as 0600"))?;
+                .ok_or_else(|| format!("{}={mode:?} is not an octal file mode such as 0600", name("socket_mode")))?;
         }
-        Ok(Some(config))
+        Ok(())
     }
+}
+
+fn parse_listen(value: Option<String>, name: &impl Fn(&str) -> String) -> Result<Option<SocketAddr>, String> {
+    match value {
+        None => Ok(None),
+        Some(v) => v.parse().map(Some).map_err(|_| {
+            format!("{}={v:?} is not an address such as 0.0.0.0:9464 or 127.0.0.1:9464", name("listen"))
+        }),
+    }
+}
+
+/// Splits at `;`, where `;;` stands for a literal `;`.
+fn split_entries(text: &str) -> Vec<String> {
+    let mut entries = vec![String::new()];
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == ';' {
+            if chars.peek() == Some(&';') {
+                chars.next();
+                entries.last_mut().expect("never empty").push(';');
+            } else {
+                entries.push(String::new());
+            }
+        } else {
+            entries.last_mut().expect("never empty").push(c);
+        }
+    }
+    entries
 }
 
 #[cfg(test)]
@@ -183,7 +274,7 @@ mod tests {
         assert_eq!(c.dir, Some(PathBuf::from("/cov")));
         assert_eq!(c.listen, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.token.as_deref(), Some("s3cret"));
-        assert!(c.ignore.is_match("x/vendor/y.rs"));
+        assert!(c.ignore.unwrap().is_match("x/vendor/y.rs"));
         assert!(!c.demangle);
         assert_eq!(c.flush_every, Some(Duration::from_millis(2500)));
         assert_eq!(c.path_map, vec![("/build".into(), "/src".into()), ("/a".into(), "/b".into())]);
@@ -198,5 +289,40 @@ mod tests {
         assert!(err.contains("0.0.0.0:9464"), "{err}");
         let err = config(&[("LIVECOV_DIR", "/c"), ("LIVECOV_SOCKET_MODE", "rw")]).unwrap_err();
         assert!(err.contains("octal"), "{err}");
+    }
+
+    #[test]
+    fn reads_a_configuration_string() {
+        let c = Config::from_config_string(
+            "dir=/tmp/cov; listen=127.0.0.1:0;token=x;flush_secs=1;demangle=0;ignore=a;;b;path_map=/a=/b,/c=/d;socket_mode=0660;",
+        )
+        .unwrap();
+        assert_eq!(c.dir, Some(PathBuf::from("/tmp/cov")));
+        assert_eq!(c.listen, Some("127.0.0.1:0".parse().unwrap()));
+        assert_eq!(c.token.as_deref(), Some("x"));
+        assert_eq!(c.flush_every, Some(Duration::from_secs(1)));
+        assert!(!c.demangle);
+        assert_eq!(c.ignore.as_ref().map(Regex::as_str), Some("a;b"));
+        assert_eq!(c.path_map, vec![("/a".into(), "/b".into()), ("/c".into(), "/d".into())]);
+        assert_eq!(c.socket_mode, 0o660);
+        assert_eq!(c.runtime, "rust");
+        let empty = Config::from_config_string("").unwrap();
+        assert!(empty.dir.is_none() && empty.listen.is_none() && empty.demangle);
+    }
+
+    #[test]
+    fn bad_configuration_strings_say_what_is_wrong() {
+        let err = Config::from_config_string("dir").unwrap_err();
+        assert!(err.contains("not key=value"), "{err}");
+        let err = Config::from_config_string("colour=red").unwrap_err();
+        assert!(err.contains("unknown configuration key \"colour\"") && err.contains("flush_secs"), "{err}");
+        let err = Config::from_config_string("dir=/a;dir=/b").unwrap_err();
+        assert!(err.contains("twice"), "{err}");
+        let err = Config::from_config_string("flush_secs=soon").unwrap_err();
+        assert!(err.starts_with("flush_secs=\"soon\""), "{err}");
+        let err = Config::from_config_string("listen=9464").unwrap_err();
+        assert!(err.starts_with("listen=") && err.contains("0.0.0.0:9464"), "{err}");
+        let err = Config::from_config_string("ignore=(").unwrap_err();
+        assert!(err.contains("ignore is not a valid regular expression"), "{err}");
     }
 }

@@ -28,6 +28,8 @@ pub struct Engine {
     /// Every file of the mapping, sorted by name (report order).
     files: Vec<FileName>,
     records: RecordCache,
+    /// Reused from dump to dump: it keeps the modules' name indices.
+    counters: Counters,
 }
 
 /// The last report, file by file, and the counts it was computed from.
@@ -89,7 +91,7 @@ impl Engine {
         let mut mapping = CoverageMapping::new();
         for id in &ids {
             let old = self.modules.iter().position(|m| m.id == *id);
-            let image = map_file(id)?;
+            let image = map_file(id, ids.first() == Some(id))?;
             let module = match old {
                 Some(i) => Some(self.modules.swap_remove(i)).map(|m| (m, self.baseline.swap_remove(i))),
                 None => modules::open_module(id, &image)?.map(|m| (m, None)),
@@ -99,7 +101,7 @@ impl Engine {
             modules.push(module);
             baseline.push(base);
         }
-        modules::publish_counter_ranges(modules.iter().map(Module::counter_range).collect::<Vec<CounterRange>>());
+        modules::publish_counter_ranges(&ids, modules.iter().map(Module::counter_range).collect::<Vec<CounterRange>>());
         let mut files: Vec<FileName> = (0..mapping.files.len() as FileName).collect();
         files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
         self.files = files;
@@ -174,7 +176,8 @@ impl Engine {
         if reset {
             self.rebase(&snapshots);
         }
-        let mut counters = Counters::new();
+        let mut counters = std::mem::take(&mut self.counters);
+        counters.clear();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
             let raw = RawProfile {
                 version: m.layout.version,
@@ -228,7 +231,9 @@ impl Engine {
                 cache.records.insert(file, record);
             }
         }
-        Ok(self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect())
+        let report = self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect();
+        self.counters = counters;
+        Ok(report)
     }
 
     /// A raw profile per module, concatenated, as the runtime would write
@@ -272,8 +277,12 @@ impl Engine {
     }
 }
 
-fn map_file(id: &ModuleId) -> Result<memmap2::Mmap> {
-    let file = std::fs::File::open(&id.path)
+/// Maps a module's file. The executable is opened through
+/// `/proc/self/exe`, which still reaches the running program's file when a
+/// rebuild or deploy replaced it on disk.
+fn map_file(id: &ModuleId, is_main: bool) -> Result<memmap2::Mmap> {
+    let path = if is_main { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
+    let file = std::fs::File::open(path)
         .map_err(|source| Error::Io { path: id.path.display().to_string(), source })?;
     // Safety: read-only private mapping of the module's own file.
     unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io { path: id.path.display().to_string(), source })

@@ -14,7 +14,7 @@ pub(crate) mod modules;
 mod process;
 pub mod server;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -27,8 +27,11 @@ use server::{ApiError, Body, CoverageQuery, Format, Limits, Listen, Server, Serv
 
 /// The running agent of this process (a forked child gets its own).
 static AGENT: AtomicPtr<Agent> = AtomicPtr::new(std::ptr::null_mut());
-/// Process-wide hooks (signals, atexit, atfork) are installed once.
+/// Process-wide hooks (atexit, atfork) are installed once.
 static HOOKS: AtomicBool = AtomicBool::new(false);
+/// The engine of a stopped agent, rebased at the stop: the next agent of
+/// this process takes it, so that its counts start at the stop.
+static PARKED: Mutex<Option<Engine>> = Mutex::new(None);
 
 /// One instance: this process's agent.
 pub struct Agent {
@@ -36,11 +39,15 @@ pub struct Agent {
     instance: String,
     started: SystemTime,
     clock: Instant,
-    ignore: Vec<Regex>,
+    /// The configured ignore pattern and the agent's own sources, compiled
+    /// at the first dump.
+    ignore: std::sync::OnceLock<Vec<Regex>>,
     engine: Mutex<Engine>,
     server: Mutex<Option<Server>>,
     /// Set once the final report is written: later ones would be stale.
     finished: AtomicBool,
+    /// The flush thread, joined by [`stop`].
+    flush_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Starts the agent as the environment says (`LIVECOV_DIR`,
@@ -79,6 +86,33 @@ pub fn start_with(config: Config) -> Result<&'static Agent, String> {
         .unwrap_or_else(|_| Err("internal error while starting (please report it)".into()))
 }
 
+/// Stops the running agent: it stops serving, writes its final report
+/// (state `exited`, counts since its start or last reset), removes its
+/// socket and restores SIGTERM/SIGINT to their default action if it had
+/// installed its handler. A later start makes a new instance whose counts
+/// begin at this stop (the instances sum to what ran). Returns false when
+/// no agent was running. Waits for in-flight requests (at most 2 s).
+pub fn stop() -> bool {
+    let Some(agent) = current() else { return false };
+    let ptr = agent as *const Agent as *mut Agent;
+    if AGENT.compare_exchange(ptr, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return false;
+    }
+    let result = std::panic::catch_unwind(|| agent.shutdown());
+    if result.is_err() {
+        eprintln!("livecov: internal error while stopping (please report it)");
+    }
+    true
+}
+
+/// The paths of the loaded modules that carry LLVM coverage counters (the
+/// executable first), found from their section headers only: cheap enough
+/// to call before starting, e.g. to leave a program that is not
+/// instrumented alone.
+pub fn instrumented_modules() -> Vec<PathBuf> {
+    modules::loaded_modules().into_iter().filter(modules::has_counters).map(|id| id.path).collect()
+}
+
 /// The running agent, if any.
 pub fn current() -> Option<&'static Agent> {
     let agent = AGENT.load(Ordering::Acquire);
@@ -87,44 +121,65 @@ pub fn current() -> Option<&'static Agent> {
 }
 
 fn launch(config: Config) -> Result<&'static Agent, String> {
+    let t0 = Instant::now();
     if let Some(dir) = &config.dir {
         for sub in ["sockets", "reports"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
         }
     }
+    // One agent per process, even when two copies of livecov are in it
+    // (a Rust program with the agent, run with the C shim preloaded).
+    eprintln!("T dirs {:?}", t0.elapsed());
+    process::claim_process()?;
+    eprintln!("T claim {:?}", t0.elapsed());
+    let parked = lock(&PARKED).take();
     let agent: &'static Agent = Box::leak(Box::new(Agent {
-        ignore: vec![config.ignore.clone(), config::agent_sources()],
+        ignore: std::sync::OnceLock::new(),
+        instance: new_instance_id(config.runtime),
         config,
-        instance: new_instance_id(),
         started: SystemTime::now(),
         clock: Instant::now(),
-        engine: Mutex::new(Engine::default()),
+        engine: Mutex::new(parked.unwrap_or_default()),
         server: Mutex::new(None),
         finished: AtomicBool::new(false),
+        flush_thread: Mutex::new(None),
     }));
     if AGENT
         .compare_exchange(std::ptr::null_mut(), agent as *const Agent as *mut Agent, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
         // Another thread started one meanwhile: use that.
+        *lock(&PARKED) = Some(std::mem::take(&mut *lock(&agent.engine)));
         return current().ok_or_else(|| "agent disappeared".to_owned());
     }
-    agent.run()?;
+    eprintln!("T leak {:?}", t0.elapsed());
+    let r = agent.run();
+    eprintln!("T run {:?}", t0.elapsed());
+    if let Err(e) = r {
+        // Not started: a later start may try again.
+        let _ = AGENT.compare_exchange(agent as *const Agent as *mut Agent, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire);
+        if let Some(server) = lock(&agent.server).take() {
+            server.stop();
+        }
+        *lock(&PARKED) = Some(std::mem::take(&mut *lock(&agent.engine)));
+        process::release_process();
+        return Err(e);
+    }
+    process::install_signal_handlers();
     if !HOOKS.swap(true, Ordering::AcqRel) {
-        process::install_signal_handlers();
-        process::install_exit_and_fork_hooks(at_exit, after_fork_in_child);
+        process::install_exit_and_fork_hooks(at_exit, before_fork, after_fork_in_child);
     }
     Ok(agent)
 }
 
-/// `rust-<pid>-<16 hex digits>`: unique for the process's lifetime, and new
-/// in a forked child.
-fn new_instance_id() -> String {
+/// `<runtime>-<pid>-<16 hex digits>` (e.g. `rust-4711-9f2c3a1b0d4e5f60`):
+/// unique for the process's lifetime, and new in a forked child.
+fn new_instance_id(runtime: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
-    format!("rust-{}-{:016x}", std::process::id(), h.finish())
+    format!("{runtime}-{}-{:016x}", std::process::id(), h.finish())
 }
 
 impl Agent {
@@ -135,28 +190,70 @@ impl Agent {
             tcp: self.config.listen,
             token: self.config.token.clone(),
         };
-        let server = Server::start(Arc::new(Handle(self)), listen, Limits::default())
-            .map_err(|e| format!("cannot listen: {e}"))?;
-        *lock(&self.server) = Some(server);
+        // Without a socket or TCP address, the program dumps through the
+        // API only (the C shim's `livecov_start("")`).
+        if listen.unix.is_some() || listen.tcp.is_some() {
+            let server = Server::start(Arc::new(Handle(self)), listen, Limits::default())
+                .map_err(|e| format!("cannot listen: {e}"))?;
+            *lock(&self.server) = Some(server);
+        }
+        eprintln!("T server {:?}", self.clock.elapsed());
         self.write_metadata("running");
+        eprintln!("T meta {:?}", self.clock.elapsed());
 
         let wake = process::WakePipe::new().map_err(|e| format!("cannot create a pipe: {e}"))?;
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("livecov-flush".into())
-            .spawn(move || loop {
-                match wake.wait(self.config.flush_every) {
-                    Some(signal) => {
-                        self.finish("exited");
-                        process::reraise(signal);
+            .spawn(move || {
+                server::lower_priority();
+                loop {
+                    match wake.wait(self.config.flush_every) {
+                        // `stop` asks the thread to end.
+                        Some(0) => {
+                            wake.close();
+                            return;
+                        }
+                        Some(signal) => {
+                            self.finish("exited");
+                            process::reraise(signal);
+                        }
+                        None if self.config.flush_every.is_some() && !self.finished.load(Ordering::Acquire) => {
+                            self.write_report();
+                        }
+                        None => {}
                     }
-                    None if self.config.flush_every.is_some() && !self.finished.load(Ordering::Acquire) => {
-                        self.write_report();
-                    }
-                    None => {}
                 }
             })
             .map_err(|e| format!("cannot start the flush thread: {e}"))?;
+        *lock(&self.flush_thread) = Some(thread);
         Ok(())
+    }
+
+    /// What [`stop`] does once this agent is no longer the current one.
+    fn shutdown(&self) {
+        process::restore_signal_handlers();
+        if process::wake_flush_thread(0) {
+            if let Some(thread) = lock(&self.flush_thread).take() {
+                let _ = thread.join();
+            }
+        }
+        if let Some(server) = lock(&self.server).take() {
+            server.stop();
+        }
+        self.finish_and_rebase();
+        process::release_process();
+        *lock(&PARKED) = Some(std::mem::take(&mut *lock(&self.engine)));
+    }
+
+    /// The configuration the agent runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// `reports/<instance>.lcov` in the coverage directory, where periodic
+    /// and final reports go (`None` without `LIVECOV_DIR`).
+    pub fn report_file(&self) -> Option<PathBuf> {
+        self.report_path("lcov")
     }
 
     /// The instance id, as in `Livecov-Instance`.
@@ -181,7 +278,7 @@ impl Agent {
     /// The LCOV report of the counts since start or the last reset.
     pub fn lcov(&self, test_name: Option<&str>, reset: bool) -> crate::Result<String> {
         let options = ReportOptions {
-            ignore: &self.ignore,
+            ignore: self.ignore.get_or_init(|| config::ignore_patterns(self.config.ignore.as_ref())),
             demangle: self.config.demangle,
             test_name,
             path_map: &self.config.path_map,
@@ -189,13 +286,29 @@ impl Agent {
         lock(&self.engine).lcov(&options, reset)
     }
 
+    /// Makes the current counts the zero of later reports (as `POST /reset`).
+    pub fn reset(&self) -> crate::Result<()> {
+        lock(&self.engine).reset()
+    }
+
     /// Writes the report to `reports/<instance>.lcov` (atomically).
     pub fn write_report(&self) {
         let Some(path) = self.report_path("lcov") else { return };
-        let result = std::panic::catch_unwind(|| self.lcov(None, false));
-        match result {
+        self.report_or_complain(&path, false);
+    }
+
+    /// Writes the report (counts since start or the last reset) to `path`,
+    /// atomically: to a temporary name beside it, then renamed.
+    pub fn write_report_to(&self, path: &Path) -> crate::Result<()> {
+        let report = self.lcov(None, false)?;
+        write_atomically(path, report.as_bytes())
+            .map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
+    }
+
+    fn report_or_complain(&self, path: &Path, reset: bool) {
+        match std::panic::catch_unwind(|| self.lcov(None, reset)) {
             Ok(Ok(report)) => {
-                if let Err(e) = write_atomically(&path, report.as_bytes()) {
+                if let Err(e) = write_atomically(path, report.as_bytes()) {
                     eprintln!("livecov: cannot write {}: {e}", path.display());
                 }
             }
@@ -210,6 +323,26 @@ impl Agent {
             return;
         }
         self.write_report();
+        self.end(state);
+    }
+
+    /// The final report of a stopped agent, taken with a reset so that the
+    /// next agent's counts begin here.
+    fn finish_and_rebase(&self) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            let _ = std::panic::catch_unwind(|| lock(&self.engine).reset());
+            return;
+        }
+        match self.report_path("lcov") {
+            Some(path) => self.report_or_complain(&path, true),
+            None => {
+                let _ = std::panic::catch_unwind(|| lock(&self.engine).reset());
+            }
+        }
+        self.end("exited");
+    }
+
+    fn end(&self, state: &str) {
         self.write_metadata(state);
         if let Some(dir) = &self.config.dir {
             let _ = std::fs::remove_file(self.socket_path(dir));
@@ -235,7 +368,7 @@ impl Agent {
             "pid": std::process::id(),
             // Safety: getppid cannot fail.
             "ppid": unsafe { libc::getppid() },
-            "runtime": "rust",
+            "runtime": self.config.runtime,
             "livecov_version": env!("CARGO_PKG_VERSION"),
             "program": program,
             "build_id": build_id,
@@ -273,7 +406,7 @@ impl Service for Handle {
     }
 
     fn reset(&self) -> Result<(), ApiError> {
-        lock(&self.0.engine).reset().map_err(|e| ApiError { status: 500, message: e.to_string() })
+        self.0.reset().map_err(|e| ApiError { status: 500, message: e.to_string() })
     }
 
     fn health(&self) -> String {
@@ -340,6 +473,15 @@ fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()>
     })
 }
 
+/// Before a fork, in the parent: makes sure the counter sections the child
+/// will zero are those of the modules loaded now (looked up again only when
+/// the set of modules changed since the last look).
+extern "C" fn before_fork() {
+    if current().is_some() {
+        let _ = std::panic::catch_unwind(modules::refresh_counter_ranges);
+    }
+}
+
 extern "C" fn at_exit() {
     if let Some(agent) = current() {
         let _ = std::panic::catch_unwind(|| agent.finish("exited"));
@@ -351,9 +493,10 @@ extern "C" fn at_exit() {
 /// fork, so start a new instance. The parent's agent is left as it is
 /// (leaked): its locks may have been held by threads that no longer exist.
 unsafe extern "C" fn after_fork_in_child() {
+    let Some(parent) = current() else { return };
     // Safety: we are the only thread of a fresh child.
     unsafe { modules::zero_all_known() };
-    let Some(parent) = current() else { return };
+    process::forget_claim_in_child();
     let config = parent.config.clone();
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     if let Err(e) = std::panic::catch_unwind(|| launch(config)).unwrap_or_else(|_| Err("internal error".into())) {

@@ -85,6 +85,16 @@ pub fn loaded_modules() -> Vec<ModuleId> {
     out
 }
 
+/// Whether the module's file has a coverage counter section, from its
+/// section headers only (nothing else of the file is read).
+pub fn has_counters(id: &ModuleId) -> bool {
+    use object::Object;
+    let Ok(file) = std::fs::File::open(&id.path) else { return false };
+    // Safety: read-only private mapping of the module's own file.
+    let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { return false };
+    object::File::parse(&*image).is_ok_and(|f| f.section_by_name("__llvm_prf_cnts").is_some())
+}
+
 /// The sections of an instrumented module, found in its file. `Ok(None)`
 /// for a module without coverage counters (not instrumented).
 pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
@@ -245,9 +255,40 @@ unsafe fn zero_range(start: usize, len: usize, byte_coverage: bool) {
 /// leaked, a few bytes per change, so a reader never sees it freed).
 static COUNTER_RANGES: AtomicPtr<Vec<CounterRange>> = AtomicPtr::new(std::ptr::null_mut());
 
-pub fn publish_counter_ranges(ranges: Vec<CounterRange>) {
+/// The loaded modules the published ranges were found in.
+static RANGES_OF: std::sync::Mutex<Vec<ModuleId>> = std::sync::Mutex::new(Vec::new());
+
+/// Publishes the counter sections of the instrumented modules among `ids`
+/// (every module loaded at the time).
+pub fn publish_counter_ranges(ids: &[ModuleId], ranges: Vec<CounterRange>) {
+    let mut of = RANGES_OF.lock().unwrap_or_else(|e| e.into_inner());
     let new = Box::into_raw(Box::new(ranges));
     COUNTER_RANGES.swap(new, Ordering::AcqRel);
+    *of = ids.to_vec();
+}
+
+/// Looks the counter sections up again when the loaded modules changed
+/// since they were last published (before a fork: a child must zero the
+/// modules loaded at the fork, and only those). Reads section headers,
+/// symbols and names of new modules, never their coverage mapping.
+pub fn refresh_counter_ranges() {
+    let ids = loaded_modules();
+    let mut of = RANGES_OF.lock().unwrap_or_else(|e| e.into_inner());
+    if *of == ids && !COUNTER_RANGES.load(Ordering::Acquire).is_null() {
+        return;
+    }
+    let mut ranges = Vec::new();
+    for id in &ids {
+        let Ok(file) = std::fs::File::open(&id.path) else { continue };
+        // Safety: read-only private mapping of the module's own file.
+        let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { continue };
+        if let Ok(Some(module)) = open_module(id, &image) {
+            ranges.push(module.counter_range());
+        }
+    }
+    let new = Box::into_raw(Box::new(ranges));
+    COUNTER_RANGES.swap(new, Ordering::AcqRel);
+    *of = ids;
 }
 
 /// Zeroes every known counter section: run in a forked child so that parent

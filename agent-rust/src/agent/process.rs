@@ -43,6 +43,27 @@ impl WakePipe {
         let n = unsafe { libc::read(self.read, &mut byte as *mut u8 as *mut libc::c_void, 1) };
         (n == 1).then_some(i32::from(byte))
     }
+
+    /// Closes both ends, once the thread that waits is done (the signal
+    /// handler no longer writes to it).
+    pub fn close(&self) {
+        let write = WAKE_FD.swap(-1, Ordering::SeqCst);
+        // Safety: our own descriptors, closed once.
+        unsafe {
+            if write >= 0 {
+                libc::close(write);
+            }
+            libc::close(self.read);
+        }
+    }
+}
+
+/// Sends `byte` to the flush thread (0 asks it to end). False when there
+/// is no flush thread to wake.
+pub fn wake_flush_thread(byte: u8) -> bool {
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    // Safety: one byte from a local.
+    fd >= 0 && unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) } == 1
 }
 
 extern "C" fn on_signal(signal: libc::c_int) {
@@ -74,6 +95,22 @@ pub fn install_signal_handlers() {
     }
 }
 
+/// Puts SIGTERM and SIGINT back to their default action where our handler
+/// is installed (when the agent stops).
+pub fn restore_signal_handlers() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        if ours(signal) {
+            // Safety: restoring the default action.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = libc::SIG_DFL;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
 /// Whether our handler is still the one installed for `signal` (the
 /// program may have installed its own since).
 fn ours(signal: i32) -> bool {
@@ -101,11 +138,69 @@ pub fn reraise(signal: i32) {
 }
 
 /// Registers `at_exit` with the C runtime (runs on `exit`, also from Rust's
-/// `std::process::exit` and a return from `main`) and `child` after fork.
-pub fn install_exit_and_fork_hooks(at_exit: extern "C" fn(), child: unsafe extern "C" fn()) {
+/// `std::process::exit` and a return from `main`), `prepare` before fork
+/// (in the parent) and `child` after fork.
+pub fn install_exit_and_fork_hooks(at_exit: extern "C" fn(), prepare: extern "C" fn(), child: unsafe extern "C" fn()) {
     // Safety: plain registrations of `extern "C"` functions.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(child));
+        libc::pthread_atfork(Some(prepare), None, Some(child));
     }
+}
+
+/// The descriptor of this process's claim (see [`claim_process`]).
+static CLAIM_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Claims "the livecov agent of this process" for this copy of livecov: an
+/// abstract Unix socket named after the pid namespace and the pid, which a
+/// second copy in the same process (the C shim preloaded into a Rust
+/// program that starts its own agent) cannot bind. Where abstract sockets
+/// are not available the claim is skipped.
+pub fn claim_process() -> Result<(), String> {
+    if CLAIM_FD.load(Ordering::SeqCst) >= 0 {
+        return Ok(());
+    }
+    let namespace = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m));
+    let name = format!("livecov-agent-{namespace}-{}", std::process::id());
+    // Safety: a socket, bound to an abstract address built in a zeroed
+    // sockaddr_un (first byte of sun_path 0, the name after it).
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Ok(());
+        }
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (i, b) in name.bytes().enumerate().take(addr.sun_path.len() - 1) {
+            addr.sun_path[i + 1] = b as libc::c_char;
+        }
+        let len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len().min(addr.sun_path.len() - 1)) as libc::socklen_t;
+        if libc::bind(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len) != 0 {
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if err.raw_os_error() == Some(libc::EADDRINUSE) {
+                return Err("another livecov agent already runs in this process (e.g. the C shim preloaded \
+                            into a program that starts its own)"
+                    .into());
+            }
+            return Ok(());
+        }
+        CLAIM_FD.store(fd, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+/// Gives the claim up (the agent stopped).
+pub fn release_process() {
+    let fd = CLAIM_FD.swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        // Safety: our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// In a forked child: the claim inherited is the parent's; drop our copy
+/// of it (the child claims its own pid when its agent starts).
+pub fn forget_claim_in_child() {
+    release_process();
 }

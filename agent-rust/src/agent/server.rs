@@ -298,6 +298,7 @@ impl Server {
         if listen.unix.is_none() && listen.tcp.is_none() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "livecov: nothing to listen on"));
         }
+        let t0 = Instant::now();
         let instance = catch_unwind(AssertUnwindSafe(|| service.instance()))
             .map_err(|_| io::Error::other("livecov: Service::instance panicked"))?;
         let instance = HeaderValue::from_str(&instance).map_err(|_| {
@@ -320,6 +321,7 @@ impl Server {
             }
             None => (None, None),
         };
+        eprintln!("S bound {:?}", t0.elapsed());
         let token = listen.token.filter(|t| !t.is_empty()).map(String::into_bytes);
         let ctx = Arc::new(Ctx {
             service,
@@ -329,6 +331,7 @@ impl Server {
             limits: limits.sanitized(),
         });
         let started = spawn(ctx, unix, tcp);
+        eprintln!("S spawned {:?}", t0.elapsed());
         match started {
             Ok((shutdown, thread)) => Ok(Server { shutdown: Some(shutdown), thread: Some(thread), tcp_addr, unix: unix_file }),
             Err(e) => {
@@ -386,7 +389,11 @@ fn spawn(
         .enable_time()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .thread_name("livecov-agent-blocking")
+        // Dumps are computed on these threads: under CPU contention the
+        // program's own threads go first.
+        .on_thread_start(lower_priority)
         .build()?;
+    eprintln!("S runtime built");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let thread = std::thread::Builder::new().name("livecov-agent".into()).spawn(move || {
@@ -1129,5 +1136,14 @@ mod tests {
         json_string(&mut s, "a \"b\"\n\u{1}\\");
         assert_eq!(s, r#""a \"b\"\n\u0001\\""#);
         assert_eq!(error(&ApiError::new(200, "x")).status(), 500);
+    }
+}
+
+/// Lowers the calling thread's scheduling priority (nice 10). On Linux the
+/// nice value is per thread.
+pub(crate) fn lower_priority() {
+    // Safety: setpriority on our own thread id.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
     }
 }
