@@ -30,6 +30,14 @@ pub struct Engine {
     records: RecordCache,
     /// Reused from dump to dump: it keeps the modules' name indices.
     counters: Counters,
+    last_report: Option<LastReport>,
+}
+
+/// The last report and the counter bytes it was made from.
+struct LastReport {
+    written_with: Option<(Option<String>, bool)>,
+    counters: Vec<Vec<u8>>,
+    report: String,
 }
 
 /// The last report, file by file, and the counts it was computed from.
@@ -106,6 +114,7 @@ impl Engine {
         files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
         self.files = files;
         self.records = RecordCache::default();
+        self.last_report = None;
         self.ids = ids;
         self.modules = modules;
         self.baseline = baseline;
@@ -169,16 +178,11 @@ impl Engine {
         }
     }
 
-    /// Takes a snapshot (resetting after it when asked) and turns it into
-    /// counters the coverage engine reads.
-    fn counters(&mut self, reset: bool) -> Result<(Counters, Vec<Snapshot>)> {
-        let snapshots = self.snapshot()?;
-        if reset {
-            self.rebase(&snapshots);
-        }
+    /// Turns a snapshot into counters the coverage engine reads.
+    fn counters(&mut self, snapshots: &[Snapshot]) -> Result<Counters> {
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
-        for (m, snap) in self.modules.iter().zip(&snapshots) {
+        for (m, snap) in self.modules.iter().zip(snapshots) {
             let raw = RawProfile {
                 version: m.layout.version,
                 variant: m.layout.variant,
@@ -189,12 +193,26 @@ impl Engine {
             };
             counters.add(raw)?;
         }
-        Ok((counters, snapshots))
+        Ok(counters)
     }
 
     /// The LCOV report of the counts since start (or the last reset).
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
-        let (counters, _) = self.counters(reset)?;
+        let snapshots = self.snapshot()?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
+        // Nothing ran since the last report: it still holds.
+        if let Some(last) = &self.last_report {
+            if last.written_with == written_with
+                && last.counters.len() == snapshots.len()
+                && last.counters.iter().zip(&snapshots).all(|(c, s)| *c == s.counters)
+            {
+                return Ok(last.report.clone());
+            }
+        }
+        let counters = self.counters(&snapshots)?;
         let lcov_options = lcov::Options {
             ignore_filename_regex: options.ignore.to_vec(),
             no_demangle: !options.demangle,
@@ -202,9 +220,8 @@ impl Engine {
             ..lcov::Options::default()
         };
         let cache = &mut self.records;
-        let written_with = Some((lcov_options.test_name.clone(), options.demangle));
         if cache.written_with != written_with {
-            *cache = RecordCache { written_with, ..RecordCache::default() };
+            *cache = RecordCache { written_with: written_with.clone(), ..RecordCache::default() };
         }
         cache.counts.resize_with(self.mapping.functions.len(), || None);
 
@@ -231,8 +248,14 @@ impl Engine {
                 cache.records.insert(file, record);
             }
         }
-        let report = self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect();
+        let report: String = self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect();
         self.counters = counters;
+        // After a reset, the counts this report shows are the new zero.
+        self.last_report = (!reset).then(|| LastReport {
+            written_with,
+            counters: snapshots.into_iter().map(|s| s.counters).collect(),
+            report: report.clone(),
+        });
         Ok(report)
     }
 
