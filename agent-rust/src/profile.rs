@@ -299,7 +299,7 @@ pub fn decode_records(
 
 /// Bit of a function hash that marks context-sensitive IR records
 /// (`NamedInstrProfRecord::CS_FLAG_IN_FUNC_HASH`).
-const CS_FLAG_IN_HASH: u32 = 60;
+pub(crate) const CS_FLAG_IN_HASH: u32 = 60;
 /// Largest count a merge produces (`getInstrMaxCountValue`); the two values
 /// above it mark pseudo counts.
 const MAX_COUNT: u64 = u64::MAX - 2;

@@ -315,13 +315,18 @@ fn profraw_of_a_snapshot_gives_the_same_lcov_through_llvm_cov() {
     s.get("/hello?name=x");
     s.get("/plugin?x=-4");
     s.get("/primes?limit=30");
-    let lcov = s.coverage("");
-    let r = unix_request(&s.socket(), "GET", "/coverage?format=profraw", &[]);
-    assert_eq!(r.status, 200);
-    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
-    let profraw = s.dir.join("snapshot.profraw");
-    std::fs::write(&profraw, &r.body).expect("write the snapshot");
-    let expected = llvm_cov_lcov(&[profraw], &[&built().plugin], &s.dir);
+    // The service's thread may still be finishing the last request after
+    // the client has its answer: take the snapshot once two dumps agree.
+    let (lcov, profraw) = wait_for(|| {
+        let before = s.coverage("");
+        let r = unix_request(&s.socket(), "GET", "/coverage?format=profraw", &[]);
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        (s.coverage("") == before).then_some((before, r.body))
+    });
+    let path = s.dir.join("snapshot.profraw");
+    std::fs::write(&path, &profraw).expect("write the snapshot");
+    let expected = llvm_cov_lcov(&[path], &[&built().plugin], &s.dir);
     assert_eq!(lcov, expected, "the agent's LCOV differs from llvm-cov over its own profraw");
     assert!(lcov.contains("plugin.c"), "the dlopen'ed plugin is not reported");
 }

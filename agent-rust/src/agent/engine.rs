@@ -11,11 +11,11 @@ use regex::Regex;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
-use crate::coverage::Coverage;
+use crate::coverage::{CounterSource, Coverage};
 use crate::error::{Error, Result};
 use crate::lcov;
 use crate::mapping::{CoverageMapping, FileName};
-use crate::profile::{self, Counters, Lookup, ModuleImage, RawProfile};
+use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, RawProfile};
 
 /// Everything derived from the loaded modules, and the reset baseline.
 #[derive(Default)]
@@ -27,54 +27,57 @@ pub struct Engine {
     baseline: Vec<Option<Vec<u8>>>,
     /// Every file of the mapping, sorted by name (report order).
     files: Vec<FileName>,
-    records: RecordCache,
     /// Reused from dump to dump: it keeps the modules' name indices.
     counters: Counters,
-    last_report: Option<LastReport>,
+    last: Incremental,
 }
 
-/// The last report and the counter bytes it was made from.
-struct LastReport {
-    written_with: Option<(Option<String>, bool)>,
-    counters: Vec<Vec<u8>>,
-    report: String,
-}
+/// A function's identity in the counters: name reference and hash.
+type Key = (u64, u64);
 
-/// The last report, file by file, and the counts it was computed from.
-/// A dump recomputes only the records of files whose functions' counts
-/// changed: between two dumps of a service, most code did not run.
+/// What the last report was made from, so that the next one recomputes
+/// only the records of files whose functions ran since: between two dumps
+/// of a service most code did not run, and the agent's own code (which
+/// does run) is never reported.
 #[derive(Default)]
-struct RecordCache {
-    /// The options the records were written with (test name, demangling).
+struct Incremental {
+    /// The options of the last report (test name, demangling).
     written_with: Option<(Option<String>, bool)>,
-    /// Per mapping function: what the counters said last time.
-    counts: Vec<Option<Counts>>,
+    /// Per module, the records of the last snapshot.
+    records: Vec<Vec<FunctionCounters>>,
+    /// Merged counts of every function of the modules.
+    merged: FxHashMap<Key, Vec<u64>>,
+    /// The hashes each name reference has in the modules.
+    hashes: FxHashMap<u64, Vec<u64>>,
+    /// The mapping functions of each key.
+    functions: FxHashMap<Key, Vec<usize>>,
     /// Per file: its record, `None` when it is not in the report.
-    records: FxHashMap<FileName, Option<String>>,
+    files: FxHashMap<FileName, Option<String>>,
+    report: String,
+    /// Set when the last whole merge had no warnings (names all resolved,
+    /// counter counts agree): only then are merged counts updated key by key.
+    exact: bool,
 }
 
-/// What a function's lookup gave, kept to tell whether it changed.
-#[derive(PartialEq, Eq)]
-enum Counts {
-    Found(Vec<u64>),
-    Mismatch,
-    Unknown,
-}
-
-impl Counts {
-    fn of(lookup: Lookup<'_>) -> Counts {
-        match lookup {
-            Lookup::Found { counters, .. } => Counts::Found(counters.to_vec()),
-            Lookup::HashMismatch => Counts::Mismatch,
-            Lookup::Unknown => Counts::Unknown,
-        }
+impl Incremental {
+    fn forget(&mut self) {
+        *self = Incremental::default();
     }
+}
 
-    fn is(&self, lookup: &Lookup<'_>) -> bool {
-        match (self, lookup) {
-            (Counts::Found(old), Lookup::Found { counters, .. }) => old == counters,
-            (Counts::Mismatch, Lookup::HashMismatch) | (Counts::Unknown, Lookup::Unknown) => true,
-            _ => false,
+/// Counts for the coverage engine from the incremental state: the same
+/// answers `Counters::lookup` gives when every name resolves.
+struct MergedCounts<'a>(&'a Incremental);
+
+impl CounterSource for MergedCounts<'_> {
+    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
+        if let Some(counters) = self.0.merged.get(&(name_ref, hash)) {
+            return Lookup::Found { counters, bitmap: &[] };
+        }
+        let cs = |h: u64| (h >> profile::CS_FLAG_IN_HASH) & 1;
+        match self.0.hashes.get(&name_ref) {
+            Some(hashes) if hashes.iter().any(|&h| cs(h) == cs(hash)) => Lookup::HashMismatch,
+            _ => Lookup::Unknown,
         }
     }
 }
@@ -113,8 +116,7 @@ impl Engine {
         let mut files: Vec<FileName> = (0..mapping.files.len() as FileName).collect();
         files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
         self.files = files;
-        self.records = RecordCache::default();
-        self.last_report = None;
+        self.last.forget();
         self.ids = ids;
         self.modules = modules;
         self.baseline = baseline;
@@ -178,85 +180,132 @@ impl Engine {
         }
     }
 
-    /// Turns a snapshot into counters the coverage engine reads.
-    fn counters(&mut self, snapshots: &[Snapshot]) -> Result<Counters> {
-        let mut counters = std::mem::take(&mut self.counters);
-        counters.clear();
-        for (m, snap) in self.modules.iter().zip(snapshots) {
-            let raw = RawProfile {
-                version: m.layout.version,
-                variant: m.layout.variant,
-                byte_coverage: m.layout.variant.byte_coverage,
-                binary_ids: m.build_id.iter().cloned().collect(),
-                records: m.records(snap)?,
-                names: m.names.clone(),
-            };
-            counters.add(raw)?;
-        }
-        Ok(counters)
-    }
-
     /// The LCOV report of the counts since start (or the last reset).
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
         let snapshots = self.snapshot()?;
         if reset {
             self.rebase(&snapshots);
         }
-        let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
-        // Nothing ran since the last report: it still holds.
-        if let Some(last) = &self.last_report {
-            if last.written_with == written_with
-                && last.counters.len() == snapshots.len()
-                && last.counters.iter().zip(&snapshots).all(|(c, s)| *c == s.counters)
-            {
-                return Ok(last.report.clone());
-            }
-        }
-        let counters = self.counters(&snapshots)?;
+        let records = self
+            .modules
+            .iter()
+            .zip(&snapshots)
+            .map(|(m, snap)| m.records(snap))
+            .collect::<Result<Vec<_>>>()?;
         let lcov_options = lcov::Options {
             ignore_filename_regex: options.ignore.to_vec(),
             no_demangle: !options.demangle,
             test_name: options.test_name.map(str::to_owned),
             ..lcov::Options::default()
         };
-        let cache = &mut self.records;
-        if cache.written_with != written_with {
-            *cache = RecordCache { written_with: written_with.clone(), ..RecordCache::default() };
+        let written_with = Some((lcov_options.test_name.clone(), options.demangle));
+        if self.last.functions.is_empty() {
+            for (i, f) in self.mapping.functions.iter().enumerate() {
+                self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
+            }
         }
-        cache.counts.resize_with(self.mapping.functions.len(), || None);
+        let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
 
-        // Functions whose counts changed, and the files they touch.
-        let mut changed_files: FxHashSet<FileName> = FxHashSet::default();
-        for (f, last) in self.mapping.functions.iter().zip(cache.counts.iter_mut()) {
-            let lookup = counters.lookup(f.name_ref, f.hash);
-            if !last.as_ref().is_some_and(|c| c.is(&lookup)) {
-                *last = Some(Counts::of(lookup));
-                changed_files.extend(f.filenames.iter().copied());
+        // The functions whose counts changed (all of them, the first time).
+        let last = &mut self.last;
+        let incremental = last.exact
+            && last.written_with == written_with
+            && last.records.len() == records.len()
+            && last.records.iter().zip(&records).all(|(a, b)| a.len() == b.len());
+        let changed: Option<FxHashSet<Key>> = incremental.then(|| {
+            let mut changed = FxHashSet::default();
+            for (old, new) in last.records.iter().zip(&records) {
+                for (a, b) in old.iter().zip(new) {
+                    if a.counters != b.counters {
+                        changed.insert((b.name_ref, b.hash));
+                    }
+                }
             }
-        }
-        if !changed_files.is_empty() {
-            let functions = (0..self.mapping.functions.len())
-                .filter(|&i| self.mapping.functions[i].filenames.iter().any(|f| changed_files.contains(f)));
-            let coverage = Coverage::of_functions(&self.mapping, &counters, functions);
-            let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
-            for file in changed_files {
-                let record = (present.contains(&file) && !lcov::is_ignored(&coverage, file, &lcov_options)).then(|| {
-                    let mut record = String::new();
-                    lcov::write_file(&mut record, &coverage, file, &lcov_options);
-                    map_paths(record, options.path_map)
-                });
-                cache.records.insert(file, record);
-            }
-        }
-        let report: String = self.files.iter().filter_map(|f| cache.records.get(f)?.as_deref()).collect();
-        self.counters = counters;
-        // After a reset, the counts this report shows are the new zero.
-        self.last_report = (!reset).then(|| LastReport {
-            written_with,
-            counters: snapshots.into_iter().map(|s| s.counters).collect(),
-            report: report.clone(),
+            // Only functions with a file in the report matter.
+            changed.retain(|key| {
+                last.functions.get(key).is_some_and(|fs| {
+                    fs.iter().any(|&i| self.mapping.functions[i].filenames.iter().any(|&f| !ignored(f)))
+                })
+            });
+            changed
         });
-        Ok(report)
+        if changed.as_ref().is_some_and(FxHashSet::is_empty) {
+            last.records = records;
+            return Ok(last.report.clone());
+        }
+
+        // Merge what changed (or everything) as llvm-profdata would.
+        let mut counters = std::mem::take(&mut self.counters);
+        counters.clear();
+        for (m, recs) in self.modules.iter().zip(&records) {
+            let selected = recs
+                .iter()
+                .filter(|r| changed.as_ref().is_none_or(|c| c.contains(&(r.name_ref, r.hash))))
+                .cloned()
+                .collect();
+            counters.add(RawProfile {
+                version: m.layout.version,
+                variant: m.layout.variant,
+                byte_coverage: m.layout.variant.byte_coverage,
+                binary_ids: m.build_id.iter().cloned().collect(),
+                records: selected,
+                names: m.names.clone(),
+            })?;
+        }
+        let changed_files: Vec<FileName> = match &changed {
+            None => {
+                let functions = std::mem::take(&mut last.functions);
+                last.forget();
+                last.functions = functions;
+                last.written_with = written_with;
+                last.exact = counters.warnings().is_empty();
+                for r in records.iter().flatten() {
+                    let hashes = last.hashes.entry(r.name_ref).or_default();
+                    if !hashes.contains(&r.hash) {
+                        hashes.push(r.hash);
+                    }
+                    if let Lookup::Found { counters: c, .. } = counters.lookup(r.name_ref, r.hash) {
+                        last.merged.insert((r.name_ref, r.hash), c.to_vec());
+                    }
+                }
+                self.files.clone()
+            }
+            Some(changed) => {
+                let mut files = FxHashSet::default();
+                for key in changed {
+                    match counters.lookup(key.0, key.1) {
+                        Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
+                        _ => last.merged.remove(key),
+                    };
+                    for &i in &last.functions[key] {
+                        files.extend(self.mapping.functions[i].filenames.iter().copied());
+                    }
+                }
+                files.into_iter().collect()
+            }
+        };
+        self.counters = counters;
+        last.records = records;
+
+        // The records of those files, from every function that touches them.
+        let wanted: FxHashSet<FileName> = changed_files.iter().copied().filter(|&f| !ignored(f)).collect();
+        let functions = (0..self.mapping.functions.len())
+            .filter(|&i| self.mapping.functions[i].filenames.iter().any(|f| wanted.contains(f)));
+        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), functions);
+        let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
+        let mut records = Vec::new();
+        for file in changed_files {
+            let record = (wanted.contains(&file) && present.contains(&file)).then(|| {
+                let mut record = String::new();
+                lcov::write_file(&mut record, &coverage, file, &lcov_options);
+                map_paths(record, options.path_map)
+            });
+            records.push((file, record));
+        }
+        drop(coverage);
+        last.files.extend(records);
+        last.report = self.files.iter().filter_map(|f| last.files.get(f)?.as_deref()).collect();
+        Ok(last.report.clone())
     }
 
     /// A raw profile per module, concatenated, as the runtime would write

@@ -48,6 +48,10 @@ pub struct Agent {
     finished: AtomicBool,
     /// The flush thread, joined by [`stop`].
     flush_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Set once the agent listens and wrote its metadata (at once for a
+    /// start in the foreground; by the flush thread for one in the
+    /// background): the final report waits for it.
+    ready: (Mutex<bool>, std::sync::Condvar),
 }
 
 /// Starts the agent as the environment says (`LIVECOV_DIR`,
@@ -82,7 +86,21 @@ pub fn start_with(config: Config) -> Result<&'static Agent, String> {
     if let Some(agent) = current() {
         return Ok(agent);
     }
-    std::panic::catch_unwind(|| launch(config))
+    std::panic::catch_unwind(|| launch(config, false))
+        .unwrap_or_else(|_| Err("internal error while starting (please report it)".into()))
+}
+
+/// Starts the agent without waiting for it to listen, for a start that
+/// must cost the program next to nothing (the C shim's ELF constructor):
+/// the calling thread claims the process, installs the hooks and spawns
+/// the agent's thread; that thread makes the directories, binds the socket
+/// and writes the metadata, and says on stderr when it cannot (the agent
+/// then withdraws). Returns the running agent if one is already running.
+pub fn start_in_background(config: Config) -> Result<&'static Agent, String> {
+    if let Some(agent) = current() {
+        return Ok(agent);
+    }
+    std::panic::catch_unwind(|| launch(config, true))
         .unwrap_or_else(|_| Err("internal error while starting (please report it)".into()))
 }
 
@@ -110,7 +128,15 @@ pub fn stop() -> bool {
 /// to call before starting, e.g. to leave a program that is not
 /// instrumented alone.
 pub fn instrumented_modules() -> Vec<PathBuf> {
-    modules::loaded_modules().into_iter().filter(modules::has_counters).map(|id| id.path).collect()
+    let ids = modules::loaded_modules();
+    ids.iter().enumerate().filter(|(i, id)| modules::has_counters(id, *i == 0)).map(|(_, id)| id.path.clone()).collect()
+}
+
+/// Whether a loaded module carries LLVM coverage counters: as
+/// [`instrumented_modules`], but stops at the first (usually the
+/// executable, so one file's section headers are read).
+pub fn has_instrumented_module() -> bool {
+    modules::loaded_modules().iter().enumerate().any(|(i, id)| modules::has_counters(id, i == 0))
 }
 
 /// The running agent, if any.
@@ -120,19 +146,13 @@ pub fn current() -> Option<&'static Agent> {
     (!agent.is_null()).then(|| unsafe { &*agent })
 }
 
-fn launch(config: Config) -> Result<&'static Agent, String> {
-    let t0 = Instant::now();
-    if let Some(dir) = &config.dir {
-        for sub in ["sockets", "reports"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
-        }
+fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
+    if !background {
+        make_dirs(&config)?;
     }
     // One agent per process, even when two copies of livecov are in it
     // (a Rust program with the agent, run with the C shim preloaded).
-    eprintln!("T dirs {:?}", t0.elapsed());
     process::claim_process()?;
-    eprintln!("T claim {:?}", t0.elapsed());
     let parked = lock(&PARKED).take();
     let agent: &'static Agent = Box::leak(Box::new(Agent {
         ignore: std::sync::OnceLock::new(),
@@ -144,6 +164,7 @@ fn launch(config: Config) -> Result<&'static Agent, String> {
         server: Mutex::new(None),
         finished: AtomicBool::new(false),
         flush_thread: Mutex::new(None),
+        ready: (Mutex::new(false), std::sync::Condvar::new()),
     }));
     if AGENT
         .compare_exchange(std::ptr::null_mut(), agent as *const Agent as *mut Agent, Ordering::AcqRel, Ordering::Acquire)
@@ -153,24 +174,41 @@ fn launch(config: Config) -> Result<&'static Agent, String> {
         *lock(&PARKED) = Some(std::mem::take(&mut *lock(&agent.engine)));
         return current().ok_or_else(|| "agent disappeared".to_owned());
     }
-    eprintln!("T leak {:?}", t0.elapsed());
-    let r = agent.run();
-    eprintln!("T run {:?}", t0.elapsed());
-    if let Err(e) = r {
-        // Not started: a later start may try again.
-        let _ = AGENT.compare_exchange(agent as *const Agent as *mut Agent, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire);
-        if let Some(server) = lock(&agent.server).take() {
-            server.stop();
+    let wake = match process::WakePipe::new() {
+        Ok(wake) => wake,
+        Err(e) => {
+            agent.withdraw();
+            return Err(format!("cannot create a pipe: {e}"));
         }
-        *lock(&PARKED) = Some(std::mem::take(&mut *lock(&agent.engine)));
-        process::release_process();
-        return Err(e);
-    }
+    };
+    // From here a SIGTERM waits in the pipe for the flush thread.
     process::install_signal_handlers();
     if !HOOKS.swap(true, Ordering::AcqRel) {
         process::install_exit_and_fork_hooks(at_exit, before_fork, after_fork_in_child);
     }
+    if !background {
+        if let Err(e) = agent.run() {
+            agent.withdraw();
+            wake.close();
+            return Err(e);
+        }
+        agent.set_ready();
+    }
+    if let Err(e) = agent.spawn_flush_thread(wake, background) {
+        agent.withdraw();
+        return Err(e);
+    }
     Ok(agent)
+}
+
+fn make_dirs(config: &Config) -> Result<(), String> {
+    if let Some(dir) = &config.dir {
+        for sub in ["sockets", "reports"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| format!("cannot create {}: {e}", dir.join(sub).display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// `<runtime>-<pid>-<16 hex digits>` (e.g. `rust-4711-9f2c3a1b0d4e5f60`):
@@ -183,7 +221,7 @@ fn new_instance_id(runtime: &str) -> String {
 }
 
 impl Agent {
-    /// Starts the server and the flush thread, and writes the metadata.
+    /// Starts the server and writes the metadata.
     fn run(&'static self) -> Result<(), String> {
         let listen = Listen {
             unix: self.config.dir.as_ref().map(|d| (self.socket_path(d), self.config.socket_mode)),
@@ -197,15 +235,28 @@ impl Agent {
                 .map_err(|e| format!("cannot listen: {e}"))?;
             *lock(&self.server) = Some(server);
         }
-        eprintln!("T server {:?}", self.clock.elapsed());
         self.write_metadata("running");
-        eprintln!("T meta {:?}", self.clock.elapsed());
+        Ok(())
+    }
 
-        let wake = process::WakePipe::new().map_err(|e| format!("cannot create a pipe: {e}"))?;
+    /// The flush thread: periodic reports, the final report on a signal.
+    /// Started in the background, it first does what [`Agent::run`] does.
+    fn spawn_flush_thread(&'static self, wake: process::WakePipe, background: bool) -> Result<(), String> {
+        let read = wake.read;
         let thread = std::thread::Builder::new()
             .name("livecov-flush".into())
             .spawn(move || {
                 server::lower_priority();
+                if background {
+                    let started = make_dirs(&self.config).and_then(|()| self.run());
+                    if let Err(e) = started {
+                        eprintln!("livecov: not started: {e}");
+                        self.withdraw();
+                        wake.close();
+                        return;
+                    }
+                    self.set_ready();
+                }
                 loop {
                     match wake.wait(self.config.flush_every) {
                         // `stop` asks the thread to end.
@@ -224,9 +275,39 @@ impl Agent {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the flush thread: {e}"))?;
+            .map_err(|e| {
+                process::WakePipe { read }.close();
+                format!("cannot start the flush thread: {e}")
+            })?;
         *lock(&self.flush_thread) = Some(thread);
         Ok(())
+    }
+
+    /// Undoes a start that failed: no longer the current agent, signals
+    /// back to their default, nothing listening. A later start may try
+    /// again.
+    fn withdraw(&'static self) {
+        let _ = AGENT.compare_exchange(self as *const Agent as *mut Agent, std::ptr::null_mut(), Ordering::AcqRel, Ordering::Acquire);
+        process::restore_signal_handlers();
+        if let Some(server) = lock(&self.server).take() {
+            server.stop();
+        }
+        *lock(&PARKED) = Some(std::mem::take(&mut *lock(&self.engine)));
+        process::release_process();
+        self.finished.store(true, Ordering::Release);
+        self.set_ready();
+    }
+
+    fn set_ready(&self) {
+        *lock(&self.ready.0) = true;
+        self.ready.1.notify_all();
+    }
+
+    /// Waits (a few seconds at most) for a start in the background to
+    /// be done.
+    fn wait_ready(&self) {
+        let guard = lock(&self.ready.0);
+        let _ = self.ready.1.wait_timeout_while(guard, std::time::Duration::from_secs(5), |ready| !*ready);
     }
 
     /// What [`stop`] does once this agent is no longer the current one.
@@ -319,6 +400,7 @@ impl Agent {
 
     /// The final report: once, then the metadata says the process ended.
     fn finish(&self, state: &str) {
+        self.wait_ready();
         if self.finished.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -499,7 +581,7 @@ unsafe extern "C" fn after_fork_in_child() {
     process::forget_claim_in_child();
     let config = parent.config.clone();
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
-    if let Err(e) = std::panic::catch_unwind(|| launch(config)).unwrap_or_else(|_| Err("internal error".into())) {
+    if let Err(e) = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into())) {
         eprintln!("livecov: not started in forked child {}: {e}", std::process::id());
     }
 }

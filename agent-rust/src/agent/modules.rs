@@ -86,10 +86,12 @@ pub fn loaded_modules() -> Vec<ModuleId> {
 }
 
 /// Whether the module's file has a coverage counter section, from its
-/// section headers only (nothing else of the file is read).
-pub fn has_counters(id: &ModuleId) -> bool {
+/// section headers only (nothing else of the file is read). The executable
+/// (`is_main`) is read through `/proc/self/exe`.
+pub fn has_counters(id: &ModuleId, is_main: bool) -> bool {
     use object::Object;
-    let Ok(file) = std::fs::File::open(&id.path) else { return false };
+    let path = if is_main { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
+    let Ok(file) = std::fs::File::open(path) else { return false };
     // Safety: read-only private mapping of the module's own file.
     let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { return false };
     object::File::parse(&*image).is_ok_and(|f| f.section_by_name("__llvm_prf_cnts").is_some())
@@ -278,8 +280,9 @@ pub fn refresh_counter_ranges() {
         return;
     }
     let mut ranges = Vec::new();
-    for id in &ids {
-        let Ok(file) = std::fs::File::open(&id.path) else { continue };
+    for (i, id) in ids.iter().enumerate() {
+        let path = if i == 0 { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
+        let Ok(file) = std::fs::File::open(path) else { continue };
         // Safety: read-only private mapping of the module's own file.
         let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { continue };
         if let Ok(Some(module)) = open_module(id, &image) {

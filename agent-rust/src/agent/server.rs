@@ -298,7 +298,6 @@ impl Server {
         if listen.unix.is_none() && listen.tcp.is_none() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "livecov: nothing to listen on"));
         }
-        let t0 = Instant::now();
         let instance = catch_unwind(AssertUnwindSafe(|| service.instance()))
             .map_err(|_| io::Error::other("livecov: Service::instance panicked"))?;
         let instance = HeaderValue::from_str(&instance).map_err(|_| {
@@ -321,7 +320,6 @@ impl Server {
             }
             None => (None, None),
         };
-        eprintln!("S bound {:?}", t0.elapsed());
         let token = listen.token.filter(|t| !t.is_empty()).map(String::into_bytes);
         let ctx = Arc::new(Ctx {
             service,
@@ -331,7 +329,6 @@ impl Server {
             limits: limits.sanitized(),
         });
         let started = spawn(ctx, unix, tcp);
-        eprintln!("S spawned {:?}", t0.elapsed());
         match started {
             Ok((shutdown, thread)) => Ok(Server { shutdown: Some(shutdown), thread: Some(thread), tcp_addr, unix: unix_file }),
             Err(e) => {
@@ -393,7 +390,6 @@ fn spawn(
         // program's own threads go first.
         .on_thread_start(lower_priority)
         .build()?;
-    eprintln!("S runtime built");
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let thread = std::thread::Builder::new().name("livecov-agent".into()).spawn(move || {
