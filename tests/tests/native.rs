@@ -1,0 +1,880 @@
+//! The C-ABI shim (agent-native), end to end: liblivecov.so and
+//! liblivecov.a really built, C fixtures (fixtures/native) really compiled
+//! with clang-19 and clang-14, linked against the library or run
+//! unmodified under LD_PRELOAD, really requested, signalled and forked,
+//! and checked against LLVM 22's llvm-cov over a profile of the same
+//! moment (clang-14 profiles indexed by llvm-profdata-14).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use livecov_tests::{llvm_tool, profdata_tool, workspace_root, Toolchain};
+
+/// What liblivecov.a needs from the system (`rustc --print native-static-libs`).
+const NATIVE_STATIC_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+
+// ---------------------------------------------------------------- building
+
+fn out_root() -> PathBuf {
+    workspace_root().join("target/fixtures/native")
+}
+
+/// Holds an exclusive lock on `<dir>/.lock` while alive.
+fn lock_dir(dir: &Path) -> std::fs::File {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let lock = std::fs::File::create(dir.join(".lock")).expect("lock file");
+    lock.lock().expect("lock");
+    lock
+}
+
+fn run_checked(command: &mut Command, what: &str) -> Output {
+    let output = command.output().unwrap_or_else(|e| panic!("cannot start {what} ({command:?}): {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}): {command:?}\n--- stderr ---\n{}\n--- stdout ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    output
+}
+
+/// The shim as users build it: `cargo build -p livecov-native --profile
+/// release-native` (in a target folder of its own, not to wait for the
+/// cargo running these tests).
+struct Shim {
+    so: PathBuf,
+    a: PathBuf,
+    include: PathBuf,
+}
+
+fn shim() -> &'static Shim {
+    static SHIM: OnceLock<Shim> = OnceLock::new();
+    SHIM.get_or_init(|| {
+        let target = out_root().join("cargo");
+        let _lock = lock_dir(&target);
+        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        for (name, _) in std::env::vars() {
+            if (name.starts_with("CARGO") && name != "CARGO_HOME")
+                || name.starts_with("RUSTC")
+                || name == "RUSTFLAGS"
+                || name == "LLVM_PROFILE_FILE"
+            {
+                cargo.env_remove(name);
+            }
+        }
+        cargo
+            .args(["build", "--quiet", "-p", "livecov-native", "--profile", "release-native"])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(workspace_root());
+        run_checked(&mut cargo, "cargo build -p livecov-native --profile release-native");
+        let dir = target.join("release-native");
+        let shim = Shim {
+            so: dir.join("liblivecov.so"),
+            a: dir.join("liblivecov.a"),
+            include: workspace_root().join("agent-native/include"),
+        };
+        assert!(shim.so.is_file() && shim.a.is_file(), "cargo built no liblivecov in {}", dir.display());
+        shim
+    })
+}
+
+/// A program on PATH (or in /usr/bin); panics naming the package to install.
+fn system_tool(name: &str, package: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` not found: install the Debian package {package} (tests/scripts/install-deps.sh \
+                 installs clang-19, clang-14 and llvm-14; `make test` runs it)"
+            )
+        })
+}
+
+fn clang(toolchain: Toolchain) -> PathBuf {
+    match toolchain {
+        Toolchain::Clang19 => system_tool("clang-19", "clang-19 (and libclang-rt-19-dev)"),
+        Toolchain::Clang14 => system_tool("clang-14", "clang-14 (and libclang-rt-14-dev)"),
+        other => panic!("no native fixtures for {other:?}"),
+    }
+}
+
+fn toolchain_name(toolchain: Toolchain) -> &'static str {
+    match toolchain {
+        Toolchain::Clang19 => "clang19",
+        Toolchain::Clang14 => "clang14",
+        _ => "other",
+    }
+}
+
+/// The native fixtures built with one compiler.
+struct Built {
+    /// app.c + work.c, instrumented, with -DLIVECOV_API, linked with liblivecov.a.
+    app_api: PathBuf,
+    /// app.c + work.c, instrumented, no livecov in it (for LD_PRELOAD).
+    app: PathBuf,
+    /// app.c + work.c without instrumentation.
+    app_uninstrumented: PathBuf,
+    /// plugin.c as an instrumented shared object.
+    plugin: PathBuf,
+    /// prefork.c + work.c, instrumented.
+    prefork: PathBuf,
+    /// api_test.c, instrumented, linked with liblivecov.a.
+    api_test: PathBuf,
+    /// api_test.c without instrumentation (-DNOT_INSTRUMENTED).
+    api_test_uninstrumented: PathBuf,
+}
+
+fn built(toolchain: Toolchain) -> &'static Built {
+    static CLANG19: OnceLock<Built> = OnceLock::new();
+    static CLANG14: OnceLock<Built> = OnceLock::new();
+    let cell = match toolchain {
+        Toolchain::Clang19 => &CLANG19,
+        Toolchain::Clang14 => &CLANG14,
+        other => panic!("no native fixtures for {other:?}"),
+    };
+    cell.get_or_init(|| build(toolchain))
+}
+
+fn build(toolchain: Toolchain) -> Built {
+    let shim = shim();
+    let cc = clang(toolchain);
+    let src = workspace_root().join("fixtures/native");
+    let out = out_root().join(toolchain_name(toolchain));
+    let _lock = lock_dir(&out);
+    let cov: &[&str] = &["-O0", "-g", "-fprofile-instr-generate", "-fcoverage-mapping"];
+    let strict: &[&str] = &["-std=c99", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-pedantic", "-Werror"];
+    // Each output is made under a temporary name and renamed: a binary
+    // another test process runs is never rewritten under it.
+    let compile = |name: &str, flags: &[&str], sources: &[&str], libs: &[&Path], extra: &[&str]| -> PathBuf {
+        let target = out.join(name);
+        let tmp = out.join(format!(".{name}.{}", std::process::id()));
+        let mut command = Command::new(&cc);
+        command.args(flags).arg("-I").arg(&shim.include).arg("-I").arg(&src).arg("-o").arg(&tmp);
+        for s in sources {
+            command.arg(src.join(s));
+        }
+        command.args(libs).args(extra);
+        run_checked(&mut command, &format!("building {name} with {}", cc.display()));
+        std::fs::rename(&tmp, &target).expect("rename the built fixture");
+        target
+    };
+    let api_flags: Vec<&str> = [cov, strict, &["-DLIVECOV_API"]].concat();
+    let a: &Path = &shim.a;
+    Built {
+        app_api: compile("app_api", &api_flags, &["app.c", "work.c"], &[a], NATIVE_STATIC_LIBS),
+        app: compile("app", &[cov, strict].concat(), &["app.c", "work.c"], &[], &["-ldl"]),
+        app_uninstrumented: compile("app_uninstrumented", strict, &["app.c", "work.c"], &[], &["-ldl"]),
+        plugin: compile("libplugin.so", &[cov, &["-shared", "-fPIC"]].concat(), &["plugin.c"], &[], &[]),
+        prefork: compile("prefork", &[cov, strict].concat(), &["prefork.c", "work.c"], &[], &[]),
+        api_test: compile("api_test", &[cov, strict].concat(), &["api_test.c"], &[a], NATIVE_STATIC_LIBS),
+        api_test_uninstrumented: compile(
+            "api_test_uninstrumented",
+            &[strict, &["-DNOT_INSTRUMENTED"]].concat(),
+            &["api_test.c"],
+            &[a],
+            NATIVE_STATIC_LIBS,
+        ),
+    }
+}
+
+// ---------------------------------------------------------------- running
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/tmp/native").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
+
+/// A command with none of the caller's LIVECOV_* or LLVM_PROFILE_FILE.
+fn command(program: &Path, dir: &Path) -> Command {
+    let mut c = Command::new(program);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("LIVECOV_") || name == "LLVM_PROFILE_FILE" || name == "LD_PRELOAD" {
+            c.env_remove(name);
+        }
+    }
+    c.current_dir(dir);
+    c
+}
+
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The instance of process `pid` in `cov`, once its socket exists.
+fn instance_of(cov: &Path, pid: u32) -> String {
+    wait_for(&format!("the socket of process {pid}"), || {
+        std::fs::read_dir(cov.join("sockets")).ok()?.flatten().find_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let instance = name.strip_suffix(".sock")?;
+            instance.starts_with(&format!("native-{pid}-")).then(|| instance.to_owned())
+        })
+    })
+}
+
+/// `app --serve` under LD_PRELOAD, driven line by line through stdin.
+struct Served {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    dir: PathBuf,
+    instance: String,
+}
+
+impl Served {
+    fn start(name: &str, program: &Path) -> Served {
+        let dir = scratch(name);
+        let mut child = command(program, &dir)
+            .arg("--serve")
+            .env("LD_PRELOAD", &shim().so)
+            .env("LIVECOV_DIR", dir.join("cov"))
+            .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read `ready`");
+        assert_eq!(line, "ready\n");
+        let instance = instance_of(&dir.join("cov"), child.id());
+        Served { child, stdin, stdout, dir, instance }
+    }
+
+    /// Runs one command; returns its output.
+    fn send(&mut self, line: &str) -> String {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{line}").expect("send a command");
+        stdin.flush().expect("flush");
+        let mut out = String::new();
+        loop {
+            let mut l = String::new();
+            assert!(self.stdout.read_line(&mut l).expect("read") > 0, "app ended during {line:?}");
+            if l == "done\n" {
+                return out;
+            }
+            out.push_str(&l);
+        }
+    }
+
+    fn cov(&self) -> PathBuf {
+        self.dir.join("cov")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.cov().join("sockets").join(format!("{}.sock", self.instance))
+    }
+
+    fn report(&self) -> PathBuf {
+        self.cov().join("reports").join(format!("{}.lcov", self.instance))
+    }
+
+    fn get(&self, path: &str) -> Vec<u8> {
+        let (status, body) = unix_get(&self.socket(), path);
+        assert_eq!(status, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+        body
+    }
+
+    fn lcov(&self) -> String {
+        String::from_utf8(self.get("/coverage")).expect("UTF-8 LCOV")
+    }
+
+    /// `?format=profraw` of this moment, saved to a file.
+    fn profraw(&self, name: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, self.get("/coverage?format=profraw")).expect("write the snapshot");
+        path
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unix_get(socket: &Path, path: &str) -> (u16, Vec<u8>) {
+    let mut s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP response");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status");
+    (status, raw[split + 4..].to_vec())
+}
+
+// ---------------------------------------------------------------- LCOV
+
+/// LLVM 22's llvm-cov over raw profiles of `built`'s toolchain, filtered
+/// as the agent filters by default.
+fn llvm_cov(toolchain: Toolchain, binary: &Path, objects: &[&Path], profraws: &[PathBuf], dir: &Path) -> String {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let profdata = dir.join(format!("merged-{}.profdata", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+    run_checked(
+        Command::new(profdata_tool(toolchain)).arg("merge").args(profraws).arg("-o").arg(&profdata),
+        "llvm-profdata merge",
+    );
+    let mut cmd = Command::new(llvm_tool("llvm-cov"));
+    cmd.args(["export", "-format=lcov"]).arg(binary);
+    for o in objects {
+        cmd.arg("-object").arg(o);
+    }
+    cmd.arg("-instr-profile")
+        .arg(&profdata)
+        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE));
+    String::from_utf8(run_checked(&mut cmd, "llvm-cov export").stdout).expect("UTF-8 LCOV")
+}
+
+/// Per file: DA counts by line and FNDA counts by function.
+#[derive(Debug, Default, PartialEq)]
+struct FileCoverage {
+    lines: BTreeMap<u32, u64>,
+    functions: BTreeMap<String, u64>,
+}
+
+fn parse_lcov(lcov: &str) -> BTreeMap<String, FileCoverage> {
+    let mut files = BTreeMap::new();
+    let mut current = String::new();
+    for line in lcov.lines() {
+        if let Some(f) = line.strip_prefix("SF:") {
+            current = f.to_owned();
+            files.entry(current.clone()).or_insert_with(FileCoverage::default);
+        } else if let Some(da) = line.strip_prefix("DA:") {
+            let (l, c) = da.split_once(',').expect("DA:line,count");
+            files.get_mut(&current).expect("SF first").lines.insert(l.parse().expect("line"), c.parse().expect("count"));
+        } else if let Some(fnda) = line.strip_prefix("FNDA:") {
+            let (c, name) = fnda.split_once(',').expect("FNDA:count,name");
+            *files.get_mut(&current).expect("SF first").functions.entry(name.to_owned()).or_default() +=
+                c.parse::<u64>().expect("count");
+        }
+    }
+    files
+}
+
+/// The count of `function` in the file ending with `suffix`.
+fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
+    let files = parse_lcov(lcov);
+    let (_, file) = files
+        .iter()
+        .find(|(name, _)| name.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no SF: ending with {suffix} in {:?}", files.keys().collect::<Vec<_>>()));
+    *file
+        .functions
+        .get(function)
+        .unwrap_or_else(|| panic!("no function {function} in {suffix}: {:?}", file.functions.keys().collect::<Vec<_>>()))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn assert_same_lcov(live: &str, expected: &str, what: &str) {
+    assert!(live.contains("SF:"), "{what}: an empty report");
+    if live != expected {
+        let first = live.lines().zip(expected.lines()).position(|(a, b)| a != b);
+        panic!(
+            "{what}: the agent's LCOV differs from llvm-cov's, first at line {first:?}\n--- agent ---\n{live}\n--- llvm-cov ---\n{expected}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- the API, linked statically
+
+/// app built with -DLIVECOV_API and liblivecov.a: `checkpoint` dumps the
+/// live LCOV and writes the program's raw profile at the same moment.
+fn api_dumps_equal_llvm_cov(toolchain: Toolchain) {
+    let b = built(toolchain);
+    let dir = scratch(&format!("api-{}", toolchain_name(toolchain)));
+    let c = |n: &str| dir.join(n).display().to_string();
+    let (c1, c2) = (c("c1"), c("c2"));
+    let args = [
+        "sum", "1", "2", "3", ",", "checkpoint", &c1, ",", "fib", "12", ",", "words", "abba", "kayak", "hello", ",",
+        "classify", "-5", "0", "7", "99", "5000", ",", "checkpoint", &c2, ",", "primes", "30", ",", "sum", "4", "x",
+    ];
+    let out = command(&b.app_api, &dir)
+        .args(args)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run app");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "`sum 4 x` fails: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let instance = stdout.lines().find_map(|l| l.strip_prefix("instance ")).expect("app prints its instance");
+    assert!(instance.starts_with("native-"), "{instance}");
+
+    for name in ["c1", "c2"] {
+        let live = read(&dir.join(format!("{name}.lcov")));
+        let expected = llvm_cov(toolchain, &b.app_api, &[], &[dir.join(format!("{name}.profraw"))], &dir);
+        assert_same_lcov(&live, &expected, &format!("{toolchain:?} checkpoint {name}"));
+    }
+    let (c1, c2) = (read(&dir.join("c1.lcov")), read(&dir.join("c2.lcov")));
+    assert_eq!(function_count(&c1, "work.c", "work_fib"), 0);
+    assert_eq!(function_count(&c2, "work.c", "work_fib"), 1);
+
+    // The final report, written at exit, is what the exit profile says.
+    let report = read(&dir.join("cov/reports").join(format!("{instance}.lcov")));
+    let expected = llvm_cov(toolchain, &b.app_api, &[], &[dir.join("exit.profraw")], &dir);
+    assert_same_lcov(&report, &expected, &format!("{toolchain:?} final report"));
+    assert_eq!(function_count(&report, "work.c", "work_count_primes"), 1);
+    let meta = read(&dir.join("cov/reports").join(format!("{instance}.json")));
+    assert!(meta.contains("\"runtime\":\"native\"") && meta.contains("\"state\":\"exited\""), "{meta}");
+}
+
+#[test]
+fn api_dumps_equal_llvm_cov_at_the_same_moment_clang19() {
+    api_dumps_equal_llvm_cov(Toolchain::Clang19);
+}
+
+#[test]
+fn api_dumps_equal_llvm_cov_at_the_same_moment_clang14() {
+    api_dumps_equal_llvm_cov(Toolchain::Clang14);
+}
+
+#[test]
+fn api_dumps_with_test_names_and_resets() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("api-reset");
+    let d = |n: &str| dir.join(n).display().to_string();
+    let (d1, d2, d3, mine) = (d("d1"), d("d2"), d("d3"), d("mine.lcov"));
+    let args = [
+        "fib", "5", ",", "dump", &d1, "first", "1", ",", "fib", "6", ",", "fib", "7", ",", "dump", &d2, "second", "0",
+        ",", "reset", ",", "dump", &d3, "", "0", ",", "report", &mine, ",", "report",
+    ];
+    let out = command(&b.app_api, &dir)
+        .args(args)
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .env("APP_CONFIG", format!("dir={}/cov;demangle=0", dir.display()))
+        .output()
+        .expect("run app");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (d1, d2, d3) = (read(&dir.join("d1.lcov")), read(&dir.join("d2.lcov")), read(&dir.join("d3.lcov")));
+    assert!(d1.starts_with("TN:first\n") && d2.starts_with("TN:second\n") && !d3.contains("TN:"));
+    assert_eq!(function_count(&d1, "work.c", "work_fib"), 1);
+    assert_eq!(function_count(&d2, "work.c", "work_fib"), 2, "counts since the dump-and-reset");
+    assert_eq!(function_count(&d3, "work.c", "work_fib"), 0, "nothing since the reset");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let instance = stdout.lines().find_map(|l| l.strip_prefix("instance ")).expect("instance");
+    assert!(read(&dir.join("mine.lcov")).contains("SF:"));
+    assert!(dir.join("cov/reports").join(format!("{instance}.lcov")).is_file());
+}
+
+// ---------------------------------------------------------------- LD_PRELOAD
+
+/// The same program, not linked with livecov, run under LD_PRELOAD: live
+/// dumps over the socket equal llvm-cov over the `?format=profraw` of the
+/// same moment; SIGTERM leaves the last dump as final report and the
+/// signal as exit status.
+fn preloaded_serving(toolchain: Toolchain) {
+    let b = built(toolchain);
+    let mut s = Served::start(&format!("preload-{}", toolchain_name(toolchain)), &b.app);
+    let first = s.lcov();
+    assert_eq!(function_count(&first, "work.c", "work_fib"), 0);
+    assert_eq!(s.send("fib 20"), "fib 6765\n");
+    s.send("words noon level river");
+    s.send("classify 3 -1 12");
+    let live = s.lcov();
+    let profraw = s.profraw("moment.profraw");
+    let expected = llvm_cov(toolchain, &b.app, &[], &[profraw], &s.dir);
+    assert_same_lcov(&live, &expected, &format!("{toolchain:?} preloaded dump"));
+    assert_eq!(function_count(&live, "work.c", "work_fib"), 1);
+
+    s.send("primes 50");
+    let last = s.lcov();
+    assert_eq!(function_count(&last, "work.c", "work_count_primes"), 1);
+    // Safety: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert_eq!(read(&s.report()), last, "the final report is the state at the signal");
+    let meta = read(&s.cov().join("reports").join(format!("{}.json", s.instance)));
+    assert!(meta.contains("\"state\":\"exited\"") && meta.contains("\"runtime\":\"native\""), "{meta}");
+    assert!(!s.socket().exists(), "socket left behind");
+}
+
+/// Run to its end under LD_PRELOAD: the final report is the exit profile.
+fn preloaded_exiting(toolchain: Toolchain) {
+    let b = built(toolchain);
+    let dir = scratch(&format!("preload-exit-{}", toolchain_name(toolchain)));
+    let out = command(&b.app, &dir)
+        .args(["sum", "5", "6", ",", "classify", "1", "1000", ",", "words", "a", ",", "exit", "3"])
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run app");
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "the agent said something: {}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<PathBuf> = std::fs::read_dir(dir.join("cov/reports"))
+        .expect("reports/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let expected = llvm_cov(toolchain, &b.app, &[], &[dir.join("exit.profraw")], &dir);
+    assert_same_lcov(&read(&reports[0]), &expected, &format!("{toolchain:?} final report at exit"));
+}
+
+#[test]
+fn preloaded_into_an_unmodified_program_clang19() {
+    preloaded_serving(Toolchain::Clang19);
+    preloaded_exiting(Toolchain::Clang19);
+}
+
+#[test]
+fn preloaded_into_an_unmodified_program_clang14() {
+    preloaded_serving(Toolchain::Clang14);
+    preloaded_exiting(Toolchain::Clang14);
+}
+
+#[test]
+fn a_dlopened_plugin_is_reported() {
+    let b = built(Toolchain::Clang19);
+    let mut s = Served::start("plugin", &b.app);
+    s.send("fib 3");
+    let before = s.lcov();
+    assert!(!before.contains("plugin.c"), "the plugin is not loaded yet");
+    assert_eq!(s.send(&format!("load {}", b.plugin.display())), "loaded\n");
+    assert_eq!(s.send("plugin 27"), "plugin 111\n");
+    assert_eq!(s.send("plugin -3"), "plugin 3\n");
+    let live = s.lcov();
+    let profraw = s.profraw("moment.profraw");
+    let expected = llvm_cov(Toolchain::Clang19, &b.app, &[&b.plugin], &[profraw], &s.dir);
+    assert_same_lcov(&live, &expected, "dump with a dlopen'ed plugin");
+    assert_eq!(function_count(&live, "plugin.c", "plugin_compute"), 2);
+}
+
+#[test]
+fn prefork_workers_sum_to_the_exit_profiles() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("prefork");
+    let cov = dir.join("cov");
+    let mut child = command(&b.prefork, &dir)
+        .arg("3")
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", &cov)
+        .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start prefork");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("listening line");
+    let port: u16 = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("listening on PORT");
+    line.clear();
+    stdout.read_line(&mut line).expect("workers line");
+    let workers: Vec<u32> =
+        line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
+    assert_eq!(workers.len(), 3);
+    let parent = instance_of(&cov, child.id());
+    let instances: Vec<String> = workers.iter().map(|&pid| instance_of(&cov, pid)).collect();
+
+    let request = |text: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to a worker");
+        s.write_all(text.as_bytes()).expect("send");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    for n in 1..=12 {
+        request(&format!("fib {n}\n"));
+    }
+    assert_eq!(request("classify -4\n"), "negative\n");
+    for _ in 0..3 {
+        assert_eq!(request("quit\n"), "bye\n");
+    }
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status:?}");
+
+    // The final reports of the parent and every worker, summed. A worker
+    // starts from zeroed counters in the middle of `main` (on the stack at
+    // the fork): counter expressions of `main` below the fork are negative
+    // in the worker, in its report as in llvm-cov over its exit profile
+    // (both print them as u64). Region counts are linear in the counters,
+    // so sums modulo 2^64 are those of the summed counters.
+    let mut sum: BTreeMap<String, FileCoverage> = BTreeMap::new();
+    for instance in instances.iter().chain([&parent]) {
+        for (file, c) in parse_lcov(&read(&cov.join("reports").join(format!("{instance}.lcov")))) {
+            let total = sum.entry(file).or_default();
+            for (l, n) in c.lines {
+                let t = total.lines.entry(l).or_default();
+                *t = t.wrapping_add(n);
+            }
+            for (f, n) in c.functions {
+                *total.functions.entry(f).or_default() += n;
+            }
+        }
+    }
+    let profraws: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("scratch")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "profraw"))
+        .collect();
+    assert_eq!(profraws.len(), 4, "one exit profile per process: {profraws:?}");
+    let expected = parse_lcov(&llvm_cov(Toolchain::Clang19, &b.prefork, &[], &profraws, &dir));
+    assert_eq!(sum.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>());
+    let covered = |m: &BTreeMap<u32, u64>| m.iter().filter(|(_, c)| **c > 0).map(|(l, _)| *l).collect::<Vec<_>>();
+    for (file, want) in &expected {
+        let got = &sum[file];
+        assert_eq!(got.functions, want.functions, "{file}: function counts");
+        assert_eq!(covered(&got.lines), covered(&want.lines), "{file}: covered lines");
+        assert_eq!(got.lines.keys().collect::<Vec<_>>(), want.lines.keys().collect::<Vec<_>>(), "{file}");
+    }
+    let total = |f: &str| sum.values().filter_map(|c| c.functions.get(f)).sum::<u64>();
+    assert_eq!(total("work_fib"), 12);
+    // What ran before the fork is counted once, in the parent.
+    assert_eq!(total("main"), 1, "main counted in the workers too");
+}
+
+#[test]
+fn an_uninstrumented_program_is_left_alone_with_one_line() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("uninstrumented");
+    let args = ["fib", "10", ",", "words", "abc"];
+    let plain = command(&b.app_uninstrumented, &dir).args(args).output().expect("run");
+    let preloaded = command(&b.app_uninstrumented, &dir)
+        .args(args)
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .output()
+        .expect("run under LD_PRELOAD");
+    assert_eq!(preloaded.status.code(), plain.status.code());
+    assert_eq!(preloaded.stdout, plain.stdout);
+    let stderr = String::from_utf8_lossy(&preloaded.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("livecov: not started in ") && stderr.contains("no LLVM-instrumented module"), "{stderr}");
+    assert!(!dir.join("cov").exists(), "the agent made its directory anyway");
+    // Without LIVECOV_DIR, not a word.
+    let quiet = command(&b.app_uninstrumented, &dir).args(args).env("LD_PRELOAD", &shim().so).output().expect("run");
+    assert!(quiet.stderr.is_empty() && quiet.stdout == plain.stdout);
+}
+
+#[test]
+fn a_second_copy_of_livecov_does_not_start_a_second_agent() {
+    // The API build (liblivecov.a inside) run with liblivecov.so preloaded:
+    // the preloaded copy starts first; the program's own start is refused.
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("two-copies");
+    let out = command(&b.app_api, &dir)
+        .args(["fib", "3"])
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("LIVECOV_ALREADY_STARTED") && stderr.contains("another livecov agent"), "{stderr}");
+    let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports/").count();
+    assert_eq!(reports, 2, "one instance: its .lcov and .json");
+}
+
+// ---------------------------------------------------------------- the C API from C
+
+#[test]
+fn every_api_function_and_its_errors_from_c() {
+    for toolchain in [Toolchain::Clang19, Toolchain::Clang14] {
+        let b = built(toolchain);
+        for program in [&b.api_test, &b.api_test_uninstrumented] {
+            let dir = scratch(&format!("api-test-{}", toolchain_name(toolchain)));
+            let out = command(program, &dir).arg(&dir).env("LLVM_PROFILE_FILE", dir.join("exit.profraw")).output().expect("run");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("api_test ok"),
+                "{} ({toolchain:?}): {}\n{stdout}",
+                program.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let micros: u64 = stdout.lines().find_map(|l| l.strip_prefix("start_us ")).and_then(|v| v.parse().ok()).expect("start_us");
+            eprintln!("{} ({toolchain:?}): livecov_start with socket and TCP took {micros} us", program.display());
+        }
+    }
+}
+
+#[test]
+fn the_header_is_plain_c_and_cpp() {
+    let dir = scratch("header");
+    let probe = dir.join("probe.c");
+    std::fs::write(
+        &probe,
+        "#include \"livecov.h\"\nint main(void) {\n  char *out = 0; size_t len = 0;\n  \
+         int s = livecov_dump(0, 0, &out, &len);\n  livecov_free(out);\n  \
+         return s == LIVECOV_NOT_STARTED && livecov_start(\"\") == LIVECOV_OK && livecov_stop() == LIVECOV_OK \
+         && livecov_reset() == LIVECOV_NOT_STARTED && livecov_write_report(0) == LIVECOV_NOT_STARTED \
+         && livecov_last_error()[0] != 0 && livecov_instance() == 0 && livecov_status_name(0)[0] == 'L' \
+         && livecov_version()[0] ? 0 : 1;\n}\n",
+    )
+    .expect("write the probe");
+    let include = &shim().include;
+    run_checked(
+        Command::new(clang(Toolchain::Clang19))
+            .args(["-std=c89", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only", "-I"])
+            .arg(include)
+            .arg(&probe),
+        "the header in C89",
+    );
+    run_checked(
+        Command::new(system_tool("clang++-19", "clang-19"))
+            .args(["-x", "c++", "-std=c++11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only", "-I"])
+            .arg(include)
+            .arg(&probe),
+        "the header in C++",
+    );
+    // Linked dynamically with -llivecov (the .so's constructor does not
+    // start anything without LIVECOV_DIR), the probe runs.
+    let exe = dir.join("probe");
+    let so_dir = shim().so.parent().expect("folder");
+    run_checked(
+        Command::new(clang(Toolchain::Clang19)).arg("-I").arg(include).arg(&probe).arg("-o").arg(&exe).arg("-L").arg(so_dir).arg("-llivecov"),
+        "linking the probe with -llivecov",
+    );
+    let status = command(&exe, &dir).env("LD_LIBRARY_PATH", so_dir).status().expect("run the probe");
+    assert!(status.success(), "the probe's checks failed: {status:?}");
+}
+
+#[test]
+fn only_the_c_api_is_exported_and_the_library_is_small() {
+    use object::{Object, ObjectSymbol};
+    let so = &shim().so;
+    let bytes = std::fs::read(so).expect("read liblivecov.so");
+    let file = object::File::parse(&*bytes).expect("an ELF file");
+    let mut exported: Vec<String> = file
+        .dynamic_symbols()
+        .filter(|s| s.is_definition() && s.is_global())
+        .map(|s| s.name().expect("a name").to_owned())
+        .collect();
+    exported.sort();
+    let header = read(&shim().include.join("livecov.h"));
+    let mut declared: Vec<String> = header
+        .match_indices("livecov_")
+        .filter_map(|(at, _)| {
+            let name: String =
+                header[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            header[at + name.len()..].starts_with('(').then_some(name)
+        })
+        .collect();
+    declared.sort();
+    declared.dedup();
+    assert_eq!(exported, declared, "liblivecov.so exports exactly the functions of livecov.h");
+    let size = bytes.len();
+    eprintln!("liblivecov.so: {size} bytes ({:.2} MiB)", size as f64 / (1024.0 * 1024.0));
+    assert!(size < 4 << 20, "liblivecov.so grew to {size} bytes");
+    assert!(file.section_by_name(".symtab").is_none(), "liblivecov.so is not stripped");
+}
+
+#[test]
+fn starting_from_the_constructor_costs_less_than_a_millisecond() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("start-time");
+    let mut micros: Vec<u64> = (0..15)
+        .map(|_| {
+            let out = command(&b.app, &dir)
+                .args(["fib", "1"])
+                .env("LD_PRELOAD", &shim().so)
+                .env("LIVECOV_DIR", dir.join("cov"))
+                .env("LIVECOV_VERBOSE", "1")
+                .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+                .output()
+                .expect("run");
+            assert!(out.status.success());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            stderr
+                .lines()
+                .find_map(|l| l.strip_prefix("livecov: started ")?.split(" in ").nth(1)?.strip_suffix(" us")?.parse().ok())
+                .unwrap_or_else(|| panic!("no `livecov: started ... in N us` line: {stderr}"))
+        })
+        .collect();
+    micros.sort();
+    eprintln!("start from the ELF constructor: min {} us, median {} us, max {} us", micros[0], micros[7], micros[14]);
+    assert!(micros[0] < 1000, "starting took {micros:?} us");
+}
+
+#[test]
+fn installs_with_a_pkg_config_file() {
+    let dir = scratch("install");
+    let prefix = dir.join("prefix");
+    let so_dir = shim().so.parent().expect("folder");
+    run_checked(
+        Command::new("sh").arg(workspace_root().join("agent-native/install.sh")).arg(&prefix).arg(so_dir),
+        "agent-native/install.sh",
+    );
+    for f in ["lib/liblivecov.so", "lib/liblivecov.a", "include/livecov.h", "lib/pkgconfig/livecov.pc"] {
+        assert!(prefix.join(f).is_file(), "{f} is not installed");
+    }
+    // The flags the .pc file gives (evaluated as pkg-config would), used to
+    // build and run the API fixture against the shared library.
+    let pc = read(&prefix.join("lib/pkgconfig/livecov.pc"));
+    let mut vars: Vec<(String, String)> = Vec::new();
+    let expand = |text: &str, vars: &[(String, String)]| {
+        vars.iter().fold(text.to_owned(), |t, (k, v)| t.replace(&format!("${{{k}}}"), v))
+    };
+    let mut fields = BTreeMap::new();
+    for line in pc.lines().filter(|l| !l.starts_with('#')) {
+        if let Some((k, v)) = line.split_once('=').filter(|(k, _)| !k.contains(':') && !k.contains(' ')) {
+            let v = expand(v.trim(), &vars);
+            vars.push((k.trim().to_owned(), v));
+        } else if let Some((k, v)) = line.split_once(':') {
+            fields.insert(k.trim().to_owned(), expand(v.trim(), &vars));
+        }
+    }
+    assert_eq!(fields.get("Version").map(String::as_str), Some(env!("CARGO_PKG_VERSION")));
+    let cflags = fields.get("Cflags").expect("Cflags");
+    let libs = fields.get("Libs").expect("Libs");
+    let exe = dir.join("app");
+    let src = workspace_root().join("fixtures/native");
+    run_checked(
+        Command::new(clang(Toolchain::Clang19))
+            .args(["-O0", "-fprofile-instr-generate", "-fcoverage-mapping", "-DLIVECOV_API"])
+            .args(cflags.split_whitespace())
+            .arg(src.join("app.c"))
+            .arg(src.join("work.c"))
+            .arg("-o")
+            .arg(&exe)
+            .args(libs.split_whitespace())
+            .arg("-ldl"),
+        "building app with the flags of livecov.pc",
+    );
+    // Linked dynamically: the library's constructor starts the agent from
+    // LIVECOV_DIR, and the program's livecov_start(NULL) finds it running.
+    let checkpoint = dir.join("c").display().to_string();
+    let out = command(&exe, &dir)
+        .args(["fib", "9", ",", "checkpoint", &checkpoint])
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run app");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let expected = llvm_cov(Toolchain::Clang19, &exe, &[], &[dir.join("c.profraw")], &dir);
+    assert_same_lcov(&read(&dir.join("c.lcov")), &expected, "app linked with -llivecov");
+    let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports").count();
+    assert_eq!(reports, 2, "one instance: its .lcov and .json");
+    assert!(std::fs::metadata(&exe).expect("exe").permissions().mode() & 0o111 != 0);
+}
