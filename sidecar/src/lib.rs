@@ -1,8 +1,16 @@
 //! The library behind the `livecov` command: LCOV merging ([`merge`]), the
-//! client of livecov agents ([`client`]), and the subcommands built on them.
+//! client of livecov agents ([`client`]), and the subcommands built on them:
+//! `livecov sidecar` ([`sidecar`]) and `livecov collect` ([`collect`]) over
+//! the targets of [`targets`], asked through [`fanout`].
 
 pub mod client;
+pub mod collect;
 pub mod dump;
+pub mod fanout;
 pub mod merge;
 pub mod merge_command;
+pub mod metrics;
 pub mod output;
+pub mod sidecar;
+pub mod snapshot;
+pub mod targets;

@@ -2,12 +2,14 @@
 //!
 //! `livecov convert` turns an instrumented binary and its raw profiles into
 //! LCOV with no LLVM tool installed; `livecov merge` merges LCOV reports;
-//! `livecov dump` and `livecov reset` talk to one running agent. The sidecar
-//! and collection subcommands build on the same library (`livecov_cli`).
+//! `livecov dump` and `livecov reset` talk to one running agent;
+//! `livecov sidecar` serves the merged coverage of many processes and
+//! replicas, `livecov collect` collects it once. All are built on the same
+//! library (`livecov_cli`).
 
 mod convert;
 
-use livecov_cli::{dump, merge_command};
+use livecov_cli::{collect, dump, merge_command, sidecar};
 
 use std::process::ExitCode;
 
@@ -26,6 +28,8 @@ enum Command {
     Merge(merge_command::Args),
     Dump(dump::DumpArgs),
     Reset(dump::ResetArgs),
+    Sidecar(sidecar::Args),
+    Collect(collect::Args),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +39,8 @@ fn main() -> ExitCode {
         Command::Merge(args) => merge_command::run(args),
         Command::Dump(args) => dump::dump(args),
         Command::Reset(args) => dump::reset(args),
+        Command::Sidecar(args) => sidecar::run(args),
+        Command::Collect(args) => collect::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -9,7 +9,7 @@
 #   profiles for llvm-cov 22.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq)
 
 missing=()
 for p in "${apt_packages[@]}"; do

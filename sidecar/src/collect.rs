@@ -1,0 +1,469 @@
+//! `livecov collect`: one-shot collection for a CI step. Asks every target
+//! (a pod's `--dir`, the replicas behind a headless Service, static
+//! targets), writes one LCOV per instance, the merged LCOV and a manifest.
+//!
+//! Also the target options shared with `livecov sidecar` ([`TargetArgs`]).
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use hyper::body::Bytes;
+
+use crate::client::{self, CoverageQuery, Target};
+use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome, Progress};
+use crate::output::{write_output, Output};
+use crate::snapshot::{self, file_name_for, rfc3339, Meta};
+use crate::targets::{Discovery, ReportFile, Replicas, Source, SourceStatus};
+
+/// Where the targets are and how to ask them (shared by `sidecar` and `collect`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct TargetArgs {
+    /// A coverage directory (LIVECOV_DIR) shared with the processes: every
+    /// agent socket in DIR/sockets/ and every report in DIR/reports/*.lcov
+    /// (exited processes count too). Repeatable.
+    #[arg(long = "dir", value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Replicas behind a headless Service: dns:NAME:PORT (A/AAAA records) or
+    /// srv:NAME (SRV records, ports from the records). Repeatable.
+    #[arg(long = "replicas", value_name = "dns:NAME:PORT|srv:NAME")]
+    pub replicas: Vec<Replicas>,
+    /// One agent or sidecar: http://HOST:PORT, unix:PATH or PATH.sock. Repeatable.
+    #[arg(long = "target", value_name = "URL")]
+    pub targets: Vec<Target>,
+    /// Ask this DNS server (UDP/TCP) instead of the system's resolver
+    /// configuration (/etc/resolv.conf).
+    #[arg(long, value_name = "IP:PORT")]
+    pub dns_server: Option<SocketAddr>,
+    /// Bearer token sent to TCP targets (their LIVECOV_TOKEN).
+    #[arg(long, value_name = "TOKEN", env = "LIVECOV_TOKEN", hide_env_values = true)]
+    pub target_token: Option<String>,
+    /// Read the targets' bearer token from this file (its first line).
+    #[arg(long, value_name = "PATH", env = "LIVECOV_TOKEN_FILE", hide_env_values = true)]
+    pub target_token_file: Option<PathBuf>,
+    /// Targets asked at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub parallelism: u16,
+    /// Give up on a target's answer after this many seconds (then once more).
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_seconds)]
+    pub timeout: Duration,
+    /// Refuse answers larger than this many MiB (bounds memory per target).
+    #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    pub max_size: u64,
+}
+
+/// Seconds, as a positive decimal number.
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!("{s}: give between 0 and 86400 seconds"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl TargetArgs {
+    pub fn sources(&self) -> Vec<Source> {
+        let mut out: Vec<Source> = self.dirs.iter().cloned().map(Source::Dir).collect();
+        out.extend(self.replicas.iter().cloned().map(Source::Replicas));
+        out.extend(self.targets.iter().cloned().map(Source::Static));
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.dirs.is_empty() && self.replicas.is_empty() && self.targets.is_empty()
+    }
+
+    pub fn fetch_options(&self) -> Result<FetchOptions> {
+        let token = self.target_token.as_ref().filter(|t| !t.is_empty());
+        let file = self.target_token_file.as_ref().filter(|p| !p.as_os_str().is_empty());
+        let token = match (token, file) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => {
+                let t = client::read_token_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+                if t.is_empty() {
+                    bail!("the token file {} is empty", path.display());
+                }
+                Some(t)
+            }
+            (None, None) => None,
+        };
+        Ok(FetchOptions {
+            token,
+            timeout: self.timeout,
+            max_body: usize::try_from(self.max_size << 20).unwrap_or(usize::MAX),
+            parallelism: usize::from(self.parallelism),
+            retries: 1,
+        })
+    }
+
+    pub fn discovery(&self, resolve_interval: Duration) -> Result<Discovery> {
+        if self.is_empty() {
+            bail!("no target: give --dir DIR, --replicas dns:NAME:PORT / srv:NAME, or --target URL");
+        }
+        Discovery::new(self.sources(), self.dns_server, resolve_interval).map_err(anyhow::Error::msg)
+    }
+}
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Collect the live coverage of every process and replica once, for a CI step",
+    long_about = "Asks every target once (with bounded parallelism, a timeout and one retry each) \
+                  and writes, into OUTDIR: instances/<instance>.lcov (one LCOV per instance), \
+                  merged.lcov (their merge) and manifest.json (every target: address, instance, \
+                  runtime, program, build id, timing, error). Reports of exited processes in \
+                  --dir count. Exits non-zero when a target failed, unless --allow-partial.",
+    after_help = "Examples:\n  \
+                  livecov collect --replicas dns:app-coverage.ci.svc.cluster.local:9464 -o cov/\n  \
+                  livecov collect --replicas srv:_coverage._tcp.app-coverage --test login --reset -o cov/login\n  \
+                  livecov collect --dir /cov --target http://10.0.0.7:9464 --target-token-file token -o out"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    /// The output folder (made if missing).
+    #[arg(short = 'o', long = "output", value_name = "OUTDIR")]
+    pub output: PathBuf,
+    /// Name the records (TN:NAME), e.g. after the test that just ran.
+    #[arg(long, value_name = "NAME")]
+    pub test: Option<String>,
+    /// Reset every target in the same step (per-test coverage: each
+    /// collection has what ran since the previous one). Reports of exited
+    /// processes in --dir are forgotten after this collection.
+    #[arg(long)]
+    pub reset: bool,
+    /// Exit 0 even when some targets failed (they are in the manifest).
+    #[arg(long)]
+    pub allow_partial: bool,
+}
+
+/// One row of the manifest.
+struct Row {
+    address: String,
+    source: String,
+    state: &'static str,
+    instance: Option<String>,
+    meta: Option<Meta>,
+    file: Option<String>,
+    bytes: Option<usize>,
+    started: SystemTime,
+    duration: Duration,
+    attempts: u32,
+    error: Option<String>,
+}
+
+impl Row {
+    fn to_json(&self) -> serde_json::Value {
+        let meta = self.meta.clone().unwrap_or_default();
+        serde_json::json!({
+            "address": self.address,
+            "source": self.source,
+            "state": self.state,
+            "instance": self.instance,
+            "runtime": meta.runtime,
+            "program": meta.program,
+            "build_id": meta.build_id,
+            "pid": meta.pid,
+            "file": self.file,
+            "bytes": self.bytes,
+            "started": rfc3339(self.started),
+            "duration_ms": (self.duration.as_secs_f64() * 1000.0).round() as u64,
+            "attempts": self.attempts,
+            "error": self.error,
+        })
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(collect(args))
+}
+
+async fn collect(args: Args) -> Result<()> {
+    let options = args.targets.fetch_options()?;
+    let mut discovery = args.targets.discovery(Duration::ZERO)?;
+    let instances_dir = args.output.join("instances");
+    // Made (and checked writable) first: a reset must not happen when the
+    // result cannot be kept.
+    std::fs::create_dir_all(&instances_dir).with_context(|| format!("cannot create {}", instances_dir.display()))?;
+    drop(Output::open(Some(&args.output.join("manifest.json")))?);
+    for e in std::fs::read_dir(&instances_dir).with_context(|| format!("cannot list {}", instances_dir.display()))?.flatten() {
+        if e.file_name().to_str().is_some_and(|n| n.ends_with(".lcov")) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let found = discovery.discover(true).await;
+    let total = found.endpoints.len();
+    let bar = ProgressBar::new(total);
+    let progress: Option<Progress> = bar.as_ref().map(|b| {
+        let b = b.clone();
+        Arc::new(move |f: &Fetched| b.tick(f.error().is_some())) as Progress
+    });
+    let query = CoverageQuery { test: args.test.clone(), reset: args.reset, format: None };
+    let fetched =
+        fetch_all(&found.endpoints, &Ask::Coverage(query), &options, None, Arc::new(|_: &str| true), progress).await;
+    if let Some(b) = &bar {
+        b.finish();
+    }
+
+    // Instances: live answers first, then reports of instances without a
+    // newer live answer.
+    let mut rows = Vec::new();
+    let mut texts: BTreeMap<String, Bytes> = BTreeMap::new();
+    let mut taken: BTreeMap<String, SystemTime> = BTreeMap::new();
+    for f in &fetched {
+        let mut row = Row {
+            address: f.endpoint.address(),
+            source: f.endpoint.source.clone(),
+            state: "running",
+            instance: None,
+            meta: None,
+            file: None,
+            bytes: None,
+            started: f.started,
+            duration: f.duration,
+            attempts: f.attempts,
+            error: None,
+        };
+        match &f.outcome {
+            Outcome::Snapshot { instance, body, meta } => {
+                row.instance = Some(instance.clone());
+                row.meta = meta.clone();
+                row.bytes = Some(body.len());
+                if texts.contains_key(instance) {
+                    row.error = Some(format!("instance {instance} answered on another target too: counted once"));
+                } else {
+                    texts.insert(instance.clone(), body.clone());
+                    taken.insert(instance.clone(), f.started);
+                    row.file = Some(format!("instances/{}.lcov", file_name_for(instance)));
+                }
+            }
+            Outcome::Gone(why) => {
+                row.state = "gone";
+                row.error = Some(why.clone());
+            }
+            Outcome::Failed(e) => {
+                row.state = "error";
+                row.error = Some(e.clone());
+            }
+            Outcome::Reset { .. } => {}
+        }
+        rows.push(row);
+    }
+    for report in &found.reports {
+        if taken.get(&report.instance).is_some_and(|&t| t >= report.modified) {
+            continue; // the live answer is newer
+        }
+        let row_started = SystemTime::now();
+        let t0 = Instant::now();
+        let (body, meta, error) = read_report(report, options.max_body);
+        let mut row = Row {
+            address: report.path.display().to_string(),
+            source: report.source.clone(),
+            state: if error.is_some() { "error" } else { "gone" },
+            instance: Some(report.instance.clone()),
+            meta,
+            file: None,
+            bytes: body.as_ref().map(|b| b.len()),
+            started: row_started,
+            duration: t0.elapsed(),
+            attempts: 1,
+            error,
+        };
+        if let Some(body) = body {
+            let body = match &args.test {
+                Some(t) => Bytes::from(snapshot::retitle(&String::from_utf8_lossy(&body), t)),
+                None => body,
+            };
+            // A live answer older than the report (the process exited
+            // meanwhile) is replaced by the report.
+            texts.insert(report.instance.clone(), body);
+            row.file = Some(format!("instances/{}.lcov", file_name_for(&report.instance)));
+            for r in rows.iter_mut().filter(|r| r.instance.as_deref() == Some(report.instance.as_str())) {
+                r.file = None;
+            }
+        }
+        rows.push(row);
+    }
+
+    // Write the instances and their merge.
+    for (instance, body) in &texts {
+        let path = instances_dir.join(format!("{}.lcov", file_name_for(instance)));
+        write_output(Some(&path), body)?;
+    }
+    let merger = {
+        let inputs: Vec<(String, Bytes)> = texts.iter().map(|(i, b)| (i.clone(), b.clone())).collect();
+        tokio::task::spawn_blocking(move || {
+            snapshot::merge_texts(inputs.iter().map(|(i, b)| (i.as_str(), &b[..])), None)
+        })
+        .await
+        .context("the merge failed")?
+        .map_err(anyhow::Error::msg)?
+    };
+    let totals = merger.totals();
+    let merged_path = args.output.join("merged.lcov");
+    Output::open(Some(&merged_path))?.commit_with(|w| merger.write_to(w))?;
+
+    let mut reset_errors = Vec::new();
+    if args.reset {
+        reset_errors = discovery.mark_reset(SystemTime::now());
+    }
+    let failed = rows.iter().filter(|r| r.state == "error").count();
+    let no_target = rows.is_empty();
+    let manifest = serde_json::json!({
+        "livecov_version": env!("CARGO_PKG_VERSION"),
+        "test": args.test,
+        "reset": args.reset,
+        "started": rfc3339(started),
+        "duration_ms": (clock.elapsed().as_secs_f64() * 1000.0).round() as u64,
+        "merged": "merged.lcov",
+        "instances": texts.len(),
+        "targets_failed": failed,
+        "totals": {
+            "records": totals.records,
+            "lines": totals.lines, "lines_hit": totals.lines_hit,
+            "functions": totals.functions, "functions_hit": totals.functions_hit,
+            "branches": totals.branches, "branches_hit": totals.branches_hit,
+        },
+        "sources": found.sources.iter().map(source_json).collect::<Vec<_>>(),
+        "reset_errors": reset_errors,
+        "targets": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
+    });
+    let mut text = serde_json::to_string_pretty(&manifest).expect("JSON");
+    text.push('\n');
+    write_output(Some(&args.output.join("manifest.json")), text.as_bytes())?;
+
+    eprintln!(
+        "livecov: collected {} instance(s) from {} target(s) into {}: lines {}/{}, functions {}/{}, branches {}/{}{}",
+        texts.len(),
+        rows.len(),
+        args.output.display(),
+        totals.lines_hit,
+        totals.lines,
+        totals.functions_hit,
+        totals.functions,
+        totals.branches_hit,
+        totals.branches,
+        if failed > 0 { format!("; {failed} target(s) failed") } else { String::new() }
+    );
+    for r in rows.iter().filter(|r| r.state == "error") {
+        match &r.error {
+            Some(e) => eprintln!("livecov: {e}"),
+            None => eprintln!("livecov: {}: failed", r.address),
+        }
+    }
+    for s in found.sources.iter().filter(|s| s.error.is_some()) {
+        eprintln!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or(""));
+    }
+    if args.allow_partial {
+        return Ok(());
+    }
+    if no_target {
+        bail!(
+            "no target found ({}); the manifest is in {} (--allow-partial to accept this)",
+            found.sources.iter().map(|s| s.source.as_str()).collect::<Vec<_>>().join(", "),
+            args.output.display()
+        );
+    }
+    if failed > 0 {
+        bail!("{failed} of {} target(s) failed (see manifest.json; --allow-partial to accept this)", rows.len());
+    }
+    Ok(())
+}
+
+pub fn source_json(s: &SourceStatus) -> serde_json::Value {
+    serde_json::json!({
+        "source": s.source,
+        "targets": s.targets,
+        "last_resolved": s.last_resolved.map(rfc3339),
+        "error": s.error,
+    })
+}
+
+/// Reads a report file (bounded) and its metadata; an unreadable or
+/// malformed report is an error.
+pub fn read_report(report: &ReportFile, max_body: usize) -> (Option<Bytes>, Option<Meta>, Option<String>) {
+    let meta = report.metadata.as_deref().and_then(|p| std::fs::read(p).ok()).map(|j| Meta::from_json(&j));
+    let body = match read_bounded(&report.path, max_body) {
+        Ok(b) => b,
+        Err(e) => return (None, meta, Some(e)),
+    };
+    match snapshot::check_lcov(&report.path.display().to_string(), &body) {
+        Ok(()) => (Some(body), meta, None),
+        Err(e) => (None, meta, Some(format!("{}: {e}", report.path.display()))),
+    }
+}
+
+fn read_bounded(path: &Path, max: usize) -> Result<Bytes, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut buf = Vec::new();
+    f.take(max as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if buf.len() > max {
+        return Err(format!("{} is larger than {} MiB: raise --max-size", path.display(), max.div_ceil(1 << 20)));
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// A progress bar on standard error, only when it is a terminal.
+#[derive(Clone)]
+struct ProgressBar {
+    total: usize,
+    done: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+}
+
+impl ProgressBar {
+    fn new(total: usize) -> Option<ProgressBar> {
+        if total == 0 || !std::io::stderr().is_terminal() {
+            return None;
+        }
+        let bar = ProgressBar { total, done: Arc::default(), failed: Arc::default() };
+        bar.draw();
+        Some(bar)
+    }
+
+    fn tick(&self, failed: bool) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        if failed {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.draw();
+    }
+
+    fn draw(&self) {
+        const WIDTH: usize = 30;
+        let done = self.done.load(Ordering::Relaxed).min(self.total);
+        let failed = self.failed.load(Ordering::Relaxed);
+        let filled = done * WIDTH / self.total;
+        let mut line = format!(
+            "\rlivecov: collecting [{}{}] {done}/{} targets",
+            "#".repeat(filled),
+            " ".repeat(WIDTH - filled),
+            self.total
+        );
+        if failed > 0 {
+            line.push_str(&format!(", {failed} failed"));
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(line.as_bytes());
+        let _ = err.flush();
+    }
+
+    fn finish(&self) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(b"\r\x1b[2K");
+        let _ = err.flush();
+    }
+}

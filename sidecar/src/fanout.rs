@@ -1,0 +1,245 @@
+//! Asking many targets at once: bounded parallelism, a timeout per request
+//! and one retry, every answer checked (a `Livecov-Instance` header, LCOV
+//! that parses) and bounded in size. Used by the sidecar and by
+//! `livecov collect`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use hyper::body::Bytes;
+use tokio::sync::Semaphore;
+
+use crate::client::{Client, ClientError, CoverageQuery};
+use crate::snapshot::{check_lcov, excerpt, Meta};
+use crate::targets::Endpoint;
+
+/// How to ask.
+#[derive(Debug, Clone)]
+pub struct FetchOptions {
+    /// Sent as `Authorization: Bearer` to TCP targets.
+    pub token: Option<String>,
+    /// Bounds each request (connecting included).
+    pub timeout: Duration,
+    /// The largest answer accepted, in bytes.
+    pub max_body: usize,
+    /// Targets asked at once.
+    pub parallelism: usize,
+    /// Extra attempts after a failure that may pass (1: one retry).
+    pub retries: u32,
+}
+
+/// What to ask each target.
+#[derive(Debug, Clone)]
+pub enum Ask {
+    /// `GET /coverage?...` (LCOV).
+    Coverage(CoverageQuery),
+    /// `POST /reset`.
+    Reset,
+}
+
+impl Ask {
+    fn resets(&self) -> bool {
+        match self {
+            Ask::Coverage(q) => q.reset,
+            Ask::Reset => true,
+        }
+    }
+}
+
+/// How one target answered.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// LCOV from `instance`.
+    Snapshot { instance: String, body: Bytes, meta: Option<Meta> },
+    /// `POST /reset` done.
+    Reset { instance: Option<String> },
+    /// A socket of a `--dir` that nobody listens on any more: its process
+    /// exited or was killed (its report, if any, counts instead).
+    Gone(String),
+    Failed(String),
+}
+
+/// One target's answer and how long it took.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub endpoint: Endpoint,
+    pub started: SystemTime,
+    pub duration: Duration,
+    pub attempts: u32,
+    pub outcome: Outcome,
+}
+
+impl Fetched {
+    pub fn error(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Failed(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Decides whether the metadata (`GET /health`) of an instance is wanted.
+pub type WantMeta = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+/// Called as each target's answer arrives.
+pub type Progress = Arc<dyn Fn(&Fetched) + Send + Sync>;
+
+/// Asks every endpoint; the answers come back in the endpoints' order.
+/// `own_instance`: a target answering with this instance is the asker itself.
+pub async fn fetch_all(
+    endpoints: &[Endpoint],
+    ask: &Ask,
+    options: &FetchOptions,
+    own_instance: Option<&str>,
+    want_meta: WantMeta,
+    progress: Option<Progress>,
+) -> Vec<Fetched> {
+    let permits = Arc::new(Semaphore::new(options.parallelism.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let (permits, endpoint, ask, options) = (permits.clone(), endpoint.clone(), ask.clone(), options.clone());
+        let own = own_instance.map(str::to_owned);
+        let (want_meta, progress) = (want_meta.clone(), progress.clone());
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let fetched = fetch_one(endpoint, &ask, &options, own.as_deref(), &want_meta).await;
+            if let Some(p) = &progress {
+                p(&fetched);
+            }
+            (i, fetched)
+        });
+    }
+    let mut out: Vec<Option<Fetched>> = vec![None; endpoints.len()];
+    while let Some(joined) = tasks.join_next().await {
+        // A panic in a task (a bug): its target is reported failed below.
+        if let Ok((i, f)) = joined {
+            out[i] = Some(f);
+        }
+    }
+    out.into_iter()
+        .zip(endpoints)
+        .map(|(f, e)| {
+            f.unwrap_or_else(|| Fetched {
+                endpoint: e.clone(),
+                started: SystemTime::now(),
+                duration: Duration::ZERO,
+                attempts: 1,
+                outcome: Outcome::Failed("internal error while asking this target".into()),
+            })
+        })
+        .collect()
+}
+
+async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: Option<&str>, want_meta: &WantMeta) -> Fetched {
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let client = Client::new(endpoint.target.clone())
+        .token(options.token.clone())
+        .timeout(options.timeout)
+        .max_body(options.max_body);
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let result = match ask {
+            Ask::Coverage(q) => client.coverage(q).await.map(Answer::Coverage),
+            Ask::Reset => client.reset().await.map(Answer::Reset),
+        };
+        match result {
+            Ok(Answer::Coverage(response)) => break snapshot(&client, response, own, want_meta).await,
+            Ok(Answer::Reset(instance)) => break Outcome::Reset { instance },
+            Err(e) => {
+                if endpoint.from_dir && matches!(e, ClientError::NoSocket { .. } | ClientError::Refused { .. }) {
+                    break Outcome::Gone(e.to_string());
+                }
+                if attempts <= options.retries && retryable(&e, ask.resets()) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                break Outcome::Failed(e.to_string());
+            }
+        }
+    };
+    Fetched { endpoint, started, duration: clock.elapsed(), attempts, outcome }
+}
+
+enum Answer {
+    Coverage(crate::client::Response),
+    Reset(Option<String>),
+}
+
+/// Whether a failed request may be tried again. A request that resets must
+/// not be repeated once the target may have acted on it (a dump-and-reset
+/// whose answer was lost would lose its counts): only failures before
+/// anything was sent are retried then.
+fn retryable(e: &ClientError, resets: bool) -> bool {
+    match e {
+        ClientError::NoSocket { .. } | ClientError::Refused { .. } | ClientError::Connect { .. } => true,
+        // The agent's connection limit answers before reading the request.
+        ClientError::Status { status, .. } if status.as_u16() == 503 => !resets,
+        ClientError::Timeout { .. } | ClientError::Protocol { .. } => !resets,
+        ClientError::Status { status, .. } => status.is_server_error() && !resets,
+        ClientError::PermissionDenied { .. } | ClientError::TooLarge { .. } | ClientError::Usage(_) => false,
+    }
+}
+
+async fn snapshot(client: &Client, response: crate::client::Response, own: Option<&str>, want_meta: &WantMeta) -> Outcome {
+    let Some(instance) = response.instance().map(str::to_owned) else {
+        return Outcome::Failed(format!(
+            "{} answered without a Livecov-Instance header, so not as a livecov agent or sidecar (it said: {:?})",
+            client.target(),
+            excerpt(&response.body)
+        ));
+    };
+    if instance.is_empty() || instance.chars().any(|c| c.is_control() || c == '/') {
+        return Outcome::Failed(format!("{} answered with an invalid instance id {instance:?}", client.target()));
+    }
+    if own == Some(instance.as_str()) {
+        return Outcome::Failed(format!("{} is this sidecar itself (instance {instance}): leave it out of the targets", client.target()));
+    }
+    let body = response.body;
+    let checked = {
+        let (name, body) = (format!("{} (instance {instance})", client.target()), body.clone());
+        tokio::task::spawn_blocking(move || check_lcov(&name, &body)).await
+    };
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Outcome::Failed(format!("{} (instance {instance}): {e}", client.target())),
+        Err(_) => return Outcome::Failed("internal error while reading the answer".into()),
+    }
+    let meta = if want_meta(&instance) {
+        match client.health().await {
+            Ok(r) => Some(Meta::from_json(&r.body)),
+            // Metadata is a nicety: its absence is not a failure.
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    Outcome::Snapshot { instance, body, meta }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::StatusCode;
+
+    #[test]
+    fn resets_are_retried_only_before_anything_was_sent() {
+        let timeout = ClientError::Timeout { target: "t".into(), after: Duration::from_secs(1) };
+        assert!(retryable(&timeout, false));
+        assert!(!retryable(&timeout, true));
+        let refused = ClientError::Refused { target: "t".into(), unix: false };
+        assert!(retryable(&refused, true));
+        let status = |s: u16| ClientError::Status {
+            target: "t".into(),
+            path: "/".into(),
+            status: StatusCode::from_u16(s).unwrap(),
+            message: None,
+            instance: None,
+            token_sent: false,
+        };
+        assert!(!retryable(&status(401), false));
+        assert!(retryable(&status(500), false));
+        assert!(!retryable(&status(500), true));
+        assert!(!retryable(&ClientError::TooLarge { target: "t".into(), limit: 1 }, false));
+    }
+}

@@ -1,0 +1,182 @@
+//! The sidecar's counters, and `GET /metrics` in the Prometheus text format
+//! (version 0.0.4).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Counters that only grow, and the last round's duration.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub rounds: AtomicU64,
+    pub dumps: AtomicU64,
+    pub dump_errors: AtomicU64,
+    pub resets: AtomicU64,
+    pub resolve_errors: AtomicU64,
+    /// Sum of target request durations, in microseconds.
+    pub dump_micros: AtomicU64,
+    pub last_round_micros: AtomicU64,
+    pub requests: [AtomicU64; ROUTES.len()],
+    pub unauthorized: AtomicU64,
+}
+
+/// The routes counted in `livecov_sidecar_requests_total`.
+pub const ROUTES: [&str; 6] = ["/coverage", "/reset", "/health", "/targets", "/metrics", "other"];
+
+impl Metrics {
+    pub fn request(&self, path: &str) {
+        let i = ROUTES.iter().position(|r| *r == path).unwrap_or(ROUTES.len() - 1);
+        self.requests[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn dump(&self, took: Duration, failed: bool) {
+        if failed {
+            self.dump_errors.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.dumps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.dump_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// A gauge per target, for the exposition.
+pub struct TargetGauge<'a> {
+    pub address: &'a str,
+    pub instance: Option<&'a str>,
+    pub state: &'a str,
+    pub last_snapshot: Option<f64>,
+}
+
+/// The point-in-time values the exposition needs besides the counters.
+pub struct Gauges<'a> {
+    pub running: usize,
+    pub gone: usize,
+    pub error: usize,
+    pub instances: usize,
+    pub snapshot_bytes: usize,
+    pub targets: Vec<TargetGauge<'a>>,
+    pub uptime: Duration,
+}
+
+pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
+    let mut out = String::with_capacity(4096);
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let plain = |v: u64| vec![(String::new(), v.to_string())];
+    metric(
+        "livecov_sidecar_targets",
+        "gauge",
+        "Targets by state (running: last answer good; error: last answer failed; gone: no longer listed or exited).",
+        &[
+            ("{state=\"running\"}".into(), g.running.to_string()),
+            ("{state=\"error\"}".into(), g.error.to_string()),
+            ("{state=\"gone\"}".into(), g.gone.to_string()),
+        ],
+    );
+    metric("livecov_sidecar_instances", "gauge", "Instances whose last snapshot is in the merge.", &plain(g.instances as u64));
+    metric("livecov_sidecar_snapshot_bytes", "gauge", "Bytes of LCOV snapshots kept.", &plain(g.snapshot_bytes as u64));
+    metric("livecov_sidecar_rounds_total", "counter", "Collection rounds (polls and requests).", &plain(load(&m.rounds)));
+    metric("livecov_sidecar_dumps_total", "counter", "Target answers received and merged.", &plain(load(&m.dumps)));
+    metric("livecov_sidecar_dump_errors_total", "counter", "Target requests that failed (after a retry).", &plain(load(&m.dump_errors)));
+    metric(
+        "livecov_sidecar_dump_duration_seconds_total",
+        "counter",
+        "Time spent in target requests, summed.",
+        &[(String::new(), format!("{:.6}", load(&m.dump_micros) as f64 / 1e6))],
+    );
+    metric(
+        "livecov_sidecar_round_duration_seconds",
+        "gauge",
+        "Duration of the last collection round.",
+        &[(String::new(), format!("{:.6}", load(&m.last_round_micros) as f64 / 1e6))],
+    );
+    metric("livecov_sidecar_resets_total", "counter", "Resets (POST /reset and /coverage?reset=1).", &plain(load(&m.resets)));
+    metric("livecov_sidecar_resolve_errors_total", "counter", "Failed DNS resolutions or folder listings.", &plain(load(&m.resolve_errors)));
+    let requests: Vec<(String, String)> = ROUTES
+        .iter()
+        .zip(&m.requests)
+        .map(|(r, c)| (format!("{{route=\"{r}\"}}"), load(c).to_string()))
+        .collect();
+    metric("livecov_sidecar_requests_total", "counter", "Requests served, by route.", &requests);
+    metric("livecov_sidecar_unauthorized_total", "counter", "Requests refused for a missing or wrong token.", &plain(load(&m.unauthorized)));
+    let up: Vec<(String, String)> = g
+        .targets
+        .iter()
+        .map(|t| (labels(t), if t.state == "running" { "1" } else { "0" }.to_owned()))
+        .collect();
+    metric("livecov_sidecar_target_up", "gauge", "1 when the target's last answer was good.", &up);
+    let last: Vec<(String, String)> = g
+        .targets
+        .iter()
+        .filter_map(|t| t.last_snapshot.map(|s| (labels(t), format!("{s:.3}"))))
+        .collect();
+    metric(
+        "livecov_sidecar_target_last_snapshot_timestamp_seconds",
+        "gauge",
+        "When the target's last snapshot was taken (Unix time).",
+        &last,
+    );
+    metric(
+        "livecov_sidecar_uptime_seconds",
+        "gauge",
+        "Seconds since the sidecar started.",
+        &[(String::new(), format!("{:.3}", g.uptime.as_secs_f64()))],
+    );
+    out
+}
+
+fn labels(t: &TargetGauge<'_>) -> String {
+    format!(
+        "{{address=\"{}\",instance=\"{}\",state=\"{}\"}}",
+        escape(t.address),
+        escape(t.instance.unwrap_or("")),
+        escape(t.state)
+    )
+}
+
+/// A label value: backslash, double quote and newline escaped.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition() {
+        let m = Metrics::default();
+        m.request("/coverage");
+        m.request("/nope");
+        m.dump(Duration::from_millis(1500), false);
+        m.dump(Duration::from_millis(500), true);
+        let g = Gauges {
+            running: 1,
+            gone: 1,
+            error: 0,
+            instances: 2,
+            snapshot_bytes: 10,
+            targets: vec![TargetGauge { address: "http://1.2.3.4:1", instance: Some("a\"b"), state: "running", last_snapshot: Some(1.5) }],
+            uptime: Duration::from_secs(3),
+        };
+        let text = render(&m, &g);
+        for want in [
+            "livecov_sidecar_targets{state=\"gone\"} 1\n",
+            "livecov_sidecar_dumps_total 1\n",
+            "livecov_sidecar_dump_errors_total 1\n",
+            "livecov_sidecar_dump_duration_seconds_total 2.000000\n",
+            "livecov_sidecar_requests_total{route=\"/coverage\"} 1\n",
+            "livecov_sidecar_requests_total{route=\"other\"} 1\n",
+            "livecov_sidecar_target_up{address=\"http://1.2.3.4:1\",instance=\"a\\\"b\",state=\"running\"} 1\n",
+            "# TYPE livecov_sidecar_instances gauge\n",
+        ] {
+            assert!(text.contains(want), "{want} not in\n{text}");
+        }
+    }
+}

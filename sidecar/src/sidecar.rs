@@ -1,0 +1,1219 @@
+//! `livecov sidecar`: serves the merged coverage of its targets.
+//!
+//! In a pod, over the coverage directory shared with the pod's processes
+//! (`--dir`); as an aggregator, over the replicas behind a headless Service
+//! (`--replicas`), which are agents or other sidecars; or over static
+//! `--target`s. Same routes as an agent, over the merge:
+//!
+//! | request | answer |
+//! |---|---|
+//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|json]` | the merge of every instance's last snapshot, fresh from the live targets |
+//! | `POST /reset` | `204`: every live target reset, gone instances forgotten |
+//! | `GET /health` | the sidecar's instance, targets by state |
+//! | `GET /targets` | every target: address, instance, state, last snapshot, last error |
+//! | `GET /metrics` | Prometheus text |
+//!
+//! # Instances
+//!
+//! Targets answer with `Livecov-Instance`. The sidecar keeps the last
+//! snapshot of every instance: snapshots of one instance replace each
+//! other, different instances sum (LCOV merge). An instance that went away
+//! (a process that exited, a replica deleted or scaled down, a restart with
+//! a new instance) keeps its last snapshot in the merge until a reset. With
+//! `--poll-interval` the targets are asked periodically, so that what a
+//! replica counted is kept even when it disappears between two requests.
+//! The sidecar answers with an instance id of its own, so an aggregator over
+//! several sidecars merges them per instance in turn.
+//!
+//! # Rounds
+//!
+//! A round lists the targets (DNS re-resolved at most once per
+//! `--resolve-interval`), asks them all (`--parallelism` at once, each
+//! request bounded by `--timeout` and tried twice at most, answers bounded
+//! by `--max-size`), and updates the snapshots. Concurrent `GET /coverage`
+//! requests share a round that started after they arrived; resets are
+//! rounds of their own, never shared.
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use livecov::agent::server::{parse_query, Format};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Semaphore};
+
+use crate::client::{self, CoverageQuery};
+use crate::collect::{parse_seconds, read_report, source_json, TargetArgs};
+use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
+use crate::metrics::{self, Gauges, Metrics, TargetGauge};
+use crate::snapshot::{self, rfc3339, unix_secs, Meta};
+use crate::targets::{Discovery, Found, SourceStatus};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Serve the merged live coverage of a pod's processes or of a Service's replicas",
+    long_about = "Serves GET /coverage (?test=NAME, ?reset=1, ?format=lcov|json), POST /reset, \
+                  GET /health, GET /targets and GET /metrics over the merge of its targets: the \
+                  agents (and exited processes' reports) of a coverage directory, the replicas \
+                  behind a headless Service (agents or other sidecars, re-resolved as they come \
+                  and go), static targets. Each instance's last snapshot stays in the merge until \
+                  a reset, also when its process or replica is gone.",
+    after_help = "Examples:\n  \
+                  livecov sidecar --dir /cov --listen 0.0.0.0:9464 --token-file /run/secrets/token\n  \
+                  livecov sidecar --replicas dns:app-coverage.ci.svc.cluster.local:9464 \\\n      \
+                  --target-token-file /run/secrets/token --poll-interval 15 --listen 0.0.0.0:9464\n  \
+                  livecov sidecar --dir /tmp/cov --socket /tmp/cov-sidecar.sock"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub targets: TargetArgs,
+    /// Serve on this TCP address (e.g. 0.0.0.0:9464; port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Serve on this Unix socket (no token needed there: its mode protects it).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Mode of the --socket file, octal.
+    #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
+    pub socket_mode: u32,
+    /// Bearer token clients must send on the TCP listener.
+    #[arg(long, value_name = "TOKEN", env = "LIVECOV_SIDECAR_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Read the clients' bearer token from this file (its first line).
+    #[arg(long, value_name = "PATH", env = "LIVECOV_SIDECAR_TOKEN_FILE", hide_env_values = true)]
+    pub token_file: Option<PathBuf>,
+    /// Ask every target this often (seconds), keeping the last snapshot of
+    /// every instance: replicas deleted between two requests still count.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub poll_interval: Option<Duration>,
+    /// Resolve --replicas names again after this many seconds.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
+    pub resolve_interval: Duration,
+    /// Concurrent client connections.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_connections: u32,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{s:?} is not a file mode (octal, e.g. 600 or 660)"))
+}
+
+// ---------------------------------------------------------------- state
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    Gone,
+    Error,
+}
+
+impl State {
+    fn as_str(self) -> &'static str {
+        match self {
+            State::Running => "running",
+            State::Gone => "gone",
+            State::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct TargetRow {
+    source: String,
+    /// A report file rather than a live target.
+    report: bool,
+    instance: Option<String>,
+    state: State,
+    last_snapshot: Option<SystemTime>,
+    last_error: Option<String>,
+    last_duration: Option<Duration>,
+    dumps: u64,
+    errors: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    body: Bytes,
+    taken: SystemTime,
+    address: String,
+    /// For a report: (modified, size), to read it again only when it changed.
+    report: Option<(SystemTime, u64)>,
+    meta: Option<Meta>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    /// Bumped whenever the merge may change.
+    generation: u64,
+    targets: BTreeMap<String, TargetRow>,
+    instances: BTreeMap<String, Instance>,
+    sources: Vec<SourceStatus>,
+    /// The last merge: (generation, test, LCOV).
+    cache: Option<(u64, Option<String>, Bytes)>,
+    /// Instances forgotten by a reset: the left-over socket of such a
+    /// process is not shown again.
+    forgotten: std::collections::HashSet<String>,
+}
+
+pub struct Sidecar {
+    instance: String,
+    started: Instant,
+    options: FetchOptions,
+    discovery: tokio::sync::Mutex<Discovery>,
+    rounds: tokio::sync::Mutex<()>,
+    /// Normal rounds started (read without the round lock to detect a
+    /// round that started after a request arrived).
+    round_seq: AtomicU64,
+    store: Mutex<Store>,
+    /// Merges computed at once (each holds a copy of the merge in memory).
+    merges: Semaphore,
+    pub metrics: Metrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What a reset round hands back.
+struct ResetOutcome {
+    /// The merge before forgetting (for `/coverage?reset=1`).
+    entries: Vec<(String, Bytes)>,
+    failed: Vec<String>,
+}
+
+impl Sidecar {
+    pub fn new(instance: String, options: FetchOptions, discovery: Discovery) -> Sidecar {
+        Sidecar {
+            instance,
+            started: Instant::now(),
+            options,
+            discovery: tokio::sync::Mutex::new(discovery),
+            rounds: tokio::sync::Mutex::new(()),
+            round_seq: AtomicU64::new(0),
+            store: Mutex::new(Store::default()),
+            merges: Semaphore::new(2),
+            metrics: Metrics::default(),
+        }
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// A normal round, unless one that started after `seen` (a value of
+    /// `round_seq` read on arrival) has completed meanwhile.
+    pub async fn refresh(&self, seen: Option<u64>) {
+        let _round = self.rounds.lock().await;
+        if let Some(seen) = seen {
+            if self.round_seq.load(Ordering::Acquire) > seen {
+                return; // a round that started after the request served it
+            }
+        }
+        self.round_seq.fetch_add(1, Ordering::AcqRel);
+        let ask = Ask::Coverage(CoverageQuery::default());
+        let (found, fetched) = self.ask_all(&ask).await;
+        self.apply(&found, &fetched).await;
+    }
+
+    /// Lists and asks every target.
+    async fn ask_all(&self, ask: &Ask) -> (Found, Vec<Fetched>) {
+        let clock = Instant::now();
+        let found = self.discovery.lock().await.discover(false).await;
+        self.metrics.resolve_errors.fetch_add(found.failures as u64, Ordering::Relaxed);
+        let known: std::collections::HashSet<String> = {
+            let store = lock(&self.store);
+            store.instances.iter().filter(|(_, i)| i.meta.is_some()).map(|(k, _)| k.clone()).collect()
+        };
+        let want_meta = Arc::new(move |instance: &str| !known.contains(instance));
+        let fetched = fetch_all(&found.endpoints, ask, &self.options, Some(&self.instance), want_meta, None).await;
+        for f in &fetched {
+            self.metrics.dump(f.duration, f.error().is_some());
+        }
+        self.metrics.rounds.fetch_add(1, Ordering::Relaxed);
+        self.metrics.last_round_micros.store(clock.elapsed().as_micros() as u64, Ordering::Relaxed);
+        (found, fetched)
+    }
+
+    /// Updates the targets and snapshots from a round's answers and the
+    /// reports found.
+    async fn apply(&self, found: &Found, fetched: &[Fetched]) {
+        {
+            let mut store = lock(&self.store);
+            let store = &mut *store;
+            let listed: std::collections::HashSet<String> = found.endpoints.iter().map(|e| e.address()).collect();
+            for (address, row) in store.targets.iter_mut() {
+                if !row.report && !listed.contains(address) && row.state != State::Gone {
+                    row.state = State::Gone;
+                }
+            }
+            for f in fetched {
+                let address = f.endpoint.address();
+                let row = store.targets.entry(address.clone()).or_insert_with(|| TargetRow {
+                    source: f.endpoint.source.clone(),
+                    report: false,
+                    instance: None,
+                    state: State::Running,
+                    last_snapshot: None,
+                    last_error: None,
+                    last_duration: None,
+                    dumps: 0,
+                    errors: 0,
+                });
+                row.source = f.endpoint.source.clone();
+                row.last_duration = Some(f.duration);
+                match &f.outcome {
+                    Outcome::Snapshot { instance, body, meta } => {
+                        row.state = State::Running;
+                        row.instance = Some(instance.clone());
+                        row.last_snapshot = Some(f.started);
+                        row.last_error = None;
+                        row.dumps += 1;
+                        let old = store.instances.get(instance);
+                        let meta = meta.clone().or_else(|| old.and_then(|o| o.meta.clone()));
+                        if old.is_none_or(|o| o.body != *body) {
+                            store.generation += 1;
+                        }
+                        store.instances.insert(
+                            instance.clone(),
+                            Instance { body: body.clone(), taken: f.started, address: address.clone(), report: None, meta },
+                        );
+                    }
+                    Outcome::Reset { instance } => {
+                        row.state = State::Running;
+                        if instance.is_some() {
+                            row.instance = instance.clone();
+                        }
+                        row.last_error = None;
+                    }
+                    Outcome::Gone(_) => {
+                        row.state = State::Gone;
+                        row.last_error = None;
+                        if row.instance.is_none() {
+                            // An agent's socket is named after its instance.
+                            if let crate::client::Target::Unix(path) = &f.endpoint.target {
+                                row.instance = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+                            }
+                        }
+                    }
+                    Outcome::Failed(e) => {
+                        row.state = State::Error;
+                        row.last_error = Some(e.clone());
+                        row.errors += 1;
+                    }
+                }
+            }
+            store.sources = found.sources.clone();
+        }
+        self.load_reports(found).await;
+        // A gone process whose report is in the merge is shown by its
+        // report's row only (not also by its left-over socket's).
+        let mut store = lock(&self.store);
+        let reported: std::collections::HashSet<String> =
+            store.targets.values().filter(|r| r.report).filter_map(|r| r.instance.clone()).collect();
+        let store = &mut *store;
+        let (instances, forgotten) = (&store.instances, &store.forgotten);
+        store.targets.retain(|_, r| {
+            let Some(i) = r.instance.as_ref().filter(|_| !r.report && r.state == State::Gone) else { return true };
+            !reported.contains(i) && (!forgotten.contains(i) || instances.contains_key(i))
+        });
+    }
+
+    /// Reads the reports of instances without a newer snapshot.
+    async fn load_reports(&self, found: &Found) {
+        let wanted: Vec<_> = {
+            let store = lock(&self.store);
+            found
+                .reports
+                .iter()
+                .filter(|r| match store.instances.get(&r.instance) {
+                    None => true,
+                    Some(i) => match i.report {
+                        Some(seen) => seen != (r.modified, r.size),
+                        None => r.modified > i.taken,
+                    },
+                })
+                .cloned()
+                .collect()
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        let max = self.options.max_body;
+        let read = tokio::task::spawn_blocking(move || {
+            wanted.into_iter().map(|r| {
+                let (body, meta, error) = read_report(&r, max);
+                (r, body, meta, error)
+            }).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut store = lock(&self.store);
+        let store = &mut *store;
+        for (report, body, meta, error) in read {
+            let address = report.path.display().to_string();
+            // A process whose socket still answers (or fails) is shown by
+            // its socket's row; its newer report only feeds the merge.
+            let live = store.targets.values().any(|r| {
+                !r.report && r.state != State::Gone && r.instance.as_deref() == Some(report.instance.as_str())
+            });
+            if !live {
+                // The report stands for the process now: a left-over socket
+                // row of the same instance (gone) is superseded by it.
+                store.targets.retain(|_, r| {
+                    r.report || r.state != State::Gone || r.instance.as_deref() != Some(report.instance.as_str())
+                });
+                let row = store.targets.entry(address.clone()).or_insert_with(|| TargetRow {
+                    source: report.source.clone(),
+                    report: true,
+                    instance: Some(report.instance.clone()),
+                    state: State::Gone,
+                    last_snapshot: None,
+                    last_error: None,
+                    last_duration: None,
+                    dumps: 0,
+                    errors: 0,
+                });
+                match &error {
+                    None => {
+                        row.state = State::Gone;
+                        row.last_snapshot = Some(report.modified);
+                        row.last_error = None;
+                        row.dumps += 1;
+                    }
+                    Some(e) => {
+                        row.state = State::Error;
+                        row.last_error = Some(e.clone());
+                        row.errors += 1;
+                    }
+                }
+            }
+            if let Some(body) = body {
+                let old = store.instances.get(&report.instance);
+                let meta = meta.or_else(|| old.and_then(|o| o.meta.clone()));
+                store.generation += 1;
+                store.instances.insert(
+                    report.instance.clone(),
+                    Instance { body, taken: report.modified, address, report: Some((report.modified, report.size)), meta },
+                );
+            }
+        }
+    }
+
+    /// A reset round: every live target reset (dump-and-reset when
+    /// `dump`), then every gone instance and report forgotten.
+    async fn reset(&self, dump: bool) -> ResetOutcome {
+        let _round = self.rounds.lock().await;
+        let ask = if dump { Ask::Coverage(CoverageQuery { reset: true, ..Default::default() }) } else { Ask::Reset };
+        let (found, fetched) = self.ask_all(&ask).await;
+        self.apply(&found, &fetched).await;
+        let reset_at = SystemTime::now();
+        self.metrics.resets.fetch_add(1, Ordering::Relaxed);
+        let failed: Vec<String> = fetched
+            .iter()
+            .filter_map(|f| f.error().map(|e| format!("{}: {e}", f.endpoint.address())))
+            .collect();
+        let entries = {
+            let mut store = lock(&self.store);
+            let entries = if dump { self.entries_locked(&store) } else { Vec::new() };
+            // Forget: every snapshot (live targets start again from zero),
+            // gone targets and reports.
+            let gone: Vec<String> = store
+                .instances
+                .keys()
+                .chain(store.targets.values().filter(|r| r.report || r.state == State::Gone).filter_map(|r| r.instance.as_ref()))
+                .filter(|i| !store.targets.values().any(|r| !r.report && r.state == State::Running && r.instance.as_ref() == Some(*i)))
+                .cloned()
+                .collect();
+            store.forgotten.extend(gone);
+            store.instances.clear();
+            store.targets.retain(|_, row| !row.report && row.state != State::Gone);
+            for row in store.targets.values_mut() {
+                row.last_snapshot = None;
+            }
+            store.generation += 1;
+            store.cache = None;
+            entries
+        };
+        let errors = self.discovery.lock().await.mark_reset(reset_at);
+        for e in errors {
+            eprintln!("livecov sidecar: {e} (the reset is kept in memory only)");
+        }
+        ResetOutcome { entries, failed }
+    }
+
+    fn entries_locked(&self, store: &Store) -> Vec<(String, Bytes)> {
+        store.instances.iter().map(|(k, i)| (k.clone(), i.body.clone())).collect()
+    }
+
+    /// The merge of every instance's last snapshot, `TN:test` when given.
+    async fn merged(&self, test: Option<String>) -> Result<(Bytes, usize), String> {
+        let (generation, entries) = {
+            let store = lock(&self.store);
+            if let Some((g, t, text)) = &store.cache {
+                if *g == store.generation && *t == test {
+                    return Ok((text.clone(), store.instances.len()));
+                }
+            }
+            (store.generation, self.entries_locked(&store))
+        };
+        let n = entries.len();
+        let _permit = self.merges.acquire().await.map_err(|_| "shutting down".to_owned())?;
+        let text = merge_entries(entries, test.clone()).await?;
+        let mut store = lock(&self.store);
+        if store.generation == generation {
+            store.cache = Some((generation, test, text.clone()));
+        }
+        Ok((text, n))
+    }
+
+    fn counts(&self) -> (usize, usize, usize) {
+        let rows = self.rows();
+        let count = |s: State| rows.iter().filter(|r| r.2 == s).count();
+        (count(State::Running), count(State::Error), count(State::Gone))
+    }
+
+    /// Every target row, plus a `gone` row for each instance in the merge
+    /// that no target answers as any more (a restart under the same
+    /// address, say).
+    fn rows(&self) -> Vec<(String, TargetRow, State)> {
+        let store = lock(&self.store);
+        let mut out: Vec<(String, TargetRow, State)> =
+            store.targets.iter().map(|(a, r)| (a.clone(), r.clone(), r.state)).collect();
+        let shown: std::collections::HashSet<&str> =
+            store.targets.values().filter_map(|r| r.instance.as_deref()).collect();
+        for (instance, i) in &store.instances {
+            if !shown.contains(instance.as_str()) {
+                let row = TargetRow {
+                    source: store.targets.get(&i.address).map_or_else(String::new, |r| r.source.clone()),
+                    report: i.report.is_some(),
+                    instance: Some(instance.clone()),
+                    state: State::Gone,
+                    last_snapshot: Some(i.taken),
+                    last_error: None,
+                    last_duration: None,
+                    dumps: 0,
+                    errors: 0,
+                };
+                out.push((i.address.clone(), row, State::Gone));
+            }
+        }
+        out
+    }
+
+    fn targets_json(&self) -> String {
+        let metas: HashMap<String, (Option<Meta>, usize)> = {
+            let store = lock(&self.store);
+            store.instances.iter().map(|(k, i)| (k.clone(), (i.meta.clone(), i.body.len()))).collect()
+        };
+        let rows: Vec<serde_json::Value> = self
+            .rows()
+            .into_iter()
+            .map(|(address, r, state)| {
+                let (meta, bytes) = r
+                    .instance
+                    .as_ref()
+                    .and_then(|i| metas.get(i))
+                    .map_or((None, None), |(m, b)| (m.clone(), Some(*b)));
+                let meta = meta.unwrap_or_default();
+                serde_json::json!({
+                    "address": address,
+                    "source": r.source,
+                    "kind": if r.report { "report" } else { "live" },
+                    "instance": r.instance,
+                    "state": state.as_str(),
+                    "last_snapshot": r.last_snapshot.map(rfc3339),
+                    "last_snapshot_unix": r.last_snapshot.map(unix_secs),
+                    "last_error": r.last_error,
+                    "last_duration_ms": r.last_duration.map(|d| (d.as_secs_f64() * 1000.0).round() as u64),
+                    "snapshot_bytes": bytes,
+                    "in_merge": bytes.is_some(),
+                    "dumps": r.dumps,
+                    "errors": r.errors,
+                    "runtime": meta.runtime,
+                    "program": meta.program,
+                    "build_id": meta.build_id,
+                    "pid": meta.pid,
+                })
+            })
+            .collect();
+        let sources: Vec<serde_json::Value> = lock(&self.store).sources.iter().map(source_json).collect();
+        serde_json::json!({ "instance": self.instance, "targets": rows, "sources": sources }).to_string()
+    }
+
+    fn health_json(&self) -> String {
+        let (running, error, gone) = self.counts();
+        let instances = lock(&self.store).instances.len();
+        serde_json::json!({
+            "instance": self.instance,
+            "pid": std::process::id(),
+            "runtime": "sidecar",
+            "livecov_version": env!("CARGO_PKG_VERSION"),
+            "program": std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default(),
+            "build_id": null,
+            "uptime_secs": self.started.elapsed().as_secs_f64(),
+            "state": "running",
+            "targets": { "running": running, "error": error, "gone": gone },
+            "instances": instances,
+        })
+        .to_string()
+    }
+
+    fn metrics_text(&self) -> String {
+        let rows = self.rows();
+        let (snapshot_bytes, instances) = {
+            let store = lock(&self.store);
+            (store.instances.values().map(|i| i.body.len()).sum(), store.instances.len())
+        };
+        let count = |s: State| rows.iter().filter(|r| r.2 == s).count();
+        let gauges = Gauges {
+            running: count(State::Running),
+            gone: count(State::Gone),
+            error: count(State::Error),
+            instances,
+            snapshot_bytes,
+            targets: rows
+                .iter()
+                .map(|(a, r, s)| TargetGauge {
+                    address: a,
+                    instance: r.instance.as_deref(),
+                    state: s.as_str(),
+                    last_snapshot: r.last_snapshot.map(unix_secs),
+                })
+                .collect(),
+            uptime: self.started.elapsed(),
+        };
+        metrics::render(&self.metrics, &gauges)
+    }
+}
+
+async fn merge_entries(entries: Vec<(String, Bytes)>, test: Option<String>) -> Result<Bytes, String> {
+    tokio::task::spawn_blocking(move || {
+        let merger = snapshot::merge_texts(entries.iter().map(|(k, b)| (k.as_str(), &b[..])), test.as_deref())?;
+        let mut out = Vec::new();
+        merger.write_to(&mut out).map_err(|e| e.to_string())?;
+        Ok(Bytes::from(out))
+    })
+    .await
+    .map_err(|_| "internal error while merging".to_owned())?
+}
+
+// ---------------------------------------------------------------- running
+
+pub fn run(args: Args) -> Result<()> {
+    if args.listen.is_none() && args.socket.is_none() {
+        bail!("nothing to listen on: give --listen ADDR (e.g. 0.0.0.0:9464) and/or --socket PATH");
+    }
+    let token = {
+        let t = args.token.as_ref().filter(|t| !t.is_empty());
+        let f = args.token_file.as_ref().filter(|p| !p.as_os_str().is_empty());
+        match (t, f) {
+            (Some(t), _) => Some(t.clone()),
+            (None, Some(path)) => {
+                let t = client::read_token_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+                if t.is_empty() {
+                    bail!("the token file {} is empty", path.display());
+                }
+                Some(t)
+            }
+            (None, None) => None,
+        }
+    };
+    let options = args.targets.fetch_options()?;
+    let mut discovery = args.targets.discovery(args.resolve_interval)?;
+    if let Some(socket) = &args.socket {
+        let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.clone());
+        for dir in discovery.dirs() {
+            let sockets = std::path::absolute(dir.join("sockets")).unwrap_or_else(|_| dir.join("sockets"));
+            if socket.parent() == Some(sockets.as_path()) {
+                bail!(
+                    "--socket {} is inside {}, where the sidecar looks for agents: put it elsewhere",
+                    socket.display(),
+                    sockets.display()
+                );
+            }
+        }
+        discovery.exclude(socket);
+    }
+    if args.listen.is_some() && token.is_none() {
+        eprintln!(
+            "livecov sidecar: warning: no --token: anyone who reaches the TCP listener can read and reset coverage"
+        );
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("livecov-sidecar")
+        .build()
+        .context("cannot start the runtime")?;
+    runtime.block_on(serve_main(args, token, options, discovery))
+}
+
+/// The file in a `--dir` that keeps the sidecar's instance id across
+/// restarts of its container.
+pub const INSTANCE_FILE: &str = ".livecov-sidecar-instance";
+
+/// The sidecar's instance id. Over a `--dir`, the one kept in
+/// `DIR/.livecov-sidecar-instance` (made on first start): a restarted
+/// sidecar container serves the same processes and reports, so an
+/// aggregator must replace its earlier snapshot, not add to it; a new pod
+/// (a new volume) gets a new id. Otherwise a fresh id.
+fn instance_id(dirs: &[PathBuf]) -> String {
+    let Some(dir) = dirs.first() else { return snapshot::new_instance_id() };
+    let path = dir.join(INSTANCE_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if !id.is_empty() && id.len() <= 200 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+            return id.to_owned();
+        }
+    }
+    let id = snapshot::new_instance_id();
+    let tmp = dir.join(format!("{INSTANCE_FILE}.tmp{}", std::process::id()));
+    let kept = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&tmp, format!("{id}\n")))
+        .and_then(|()| std::fs::hard_link(&tmp, &path));
+    let _ = std::fs::remove_file(&tmp);
+    match kept {
+        Ok(()) => id,
+        // Another sidecar made it first: use its id.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::read_to_string(&path).map(|t| t.trim().to_owned()).ok().filter(|t| !t.is_empty()).unwrap_or(id)
+        }
+        Err(_) => id,
+    }
+}
+
+async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, discovery: Discovery) -> Result<()> {
+    let sidecar = Arc::new(Sidecar::new(instance_id(&args.targets.dirs), options, discovery));
+    let tcp = match args.listen {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            Some(l)
+        }
+        None => None,
+    };
+    let unix = match &args.socket {
+        Some(path) => Some(bind_unix(path, args.socket_mode)?),
+        None => None,
+    };
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "livecov sidecar: instance {}", sidecar.instance())?;
+        if let Some(l) = &tcp {
+            writeln!(out, "listening on http://{}", l.local_addr()?)?;
+        }
+        if let Some(path) = &args.socket {
+            writeln!(out, "listening on unix:{}", path.display())?;
+        }
+        out.flush()?;
+    }
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    if let Some(every) = args.poll_interval {
+        let sc = sidecar.clone();
+        let mut stop = shutdown_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                sc.refresh(None).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+    }
+    let ctx = Arc::new(Ctx {
+        sidecar,
+        token: token.map(String::into_bytes),
+        max_connections: args.max_connections as usize,
+    });
+    let server = tokio::spawn(serve(ctx, unix, tcp, shutdown_rx));
+    wait_for_signal().await;
+    let _ = shutdown_tx.send(true);
+    let _ = server.await;
+    if let Some(path) = &args.socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+fn bind_unix(path: &std::path::Path, mode: u32) -> Result<tokio::net::UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            // Stale, or another sidecar's: refuse to steal a live one.
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                bail!("{} is the socket of a running server", path.display());
+            }
+            std::fs::remove_file(path).with_context(|| format!("cannot remove the stale socket {}", path.display()))?;
+        }
+        Ok(_) => bail!("{} exists and is not a socket", path.display()),
+        Err(_) => {}
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    // Bound with a restrictive umask, then given its mode: never wider.
+    // Safety: umask only sets the process's file mode mask.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = std::os::unix::net::UnixListener::bind(path);
+    unsafe { libc::umask(old) };
+    let l = bound.with_context(|| format!("cannot listen on {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("cannot set the mode of {}", path.display()))?;
+    l.set_nonblocking(true)?;
+    Ok(tokio::net::UnixListener::from_std(l)?)
+}
+
+// ---------------------------------------------------------------- serving
+
+/// The largest request body read (by `POST /reset`, which ignores it).
+const MAX_BODY_BYTES: usize = 64 * 1024;
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+struct Ctx {
+    sidecar: Arc<Sidecar>,
+    token: Option<Vec<u8>>,
+    max_connections: usize,
+}
+
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream),
+}
+
+async fn serve(
+    ctx: Arc<Ctx>,
+    unix: Option<tokio::net::UnixListener>,
+    tcp: Option<tokio::net::TcpListener>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let max = ctx.max_connections.max(1);
+    let permits = Arc::new(Semaphore::new(max));
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_headers(MAX_HEADERS)
+        .max_buf_size((MAX_HEADER_BYTES + 1024).max(8192))
+        .keep_alive(true);
+    let http = Arc::new(http);
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => break,
+            r = accept_unix(unix.as_ref()) => r.map(Accepted::Unix),
+            r = accept_tcp(tcp.as_ref()) => r.map(Accepted::Tcp),
+        };
+        let stream = match accepted {
+            Ok(s) => s,
+            Err(e) => {
+                use io::ErrorKind::*;
+                if !matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refuse(&stream, ctx.sidecar.instance());
+            continue;
+        };
+        let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            match stream {
+                Accepted::Unix(s) => connection(ctx, http, s, false, shutdown).await,
+                Accepted::Tcp(s) => {
+                    let _ = s.set_nodelay(true);
+                    connection(ctx, http, s, true, shutdown).await
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(unix);
+    drop(tcp);
+    let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
+}
+
+async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
+    match l {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
+    match l {
+        Some(l) => l.accept().await.map(|(s, _)| s),
+        None => std::future::pending().await,
+    }
+}
+
+/// Over the connection limit: a best-effort `503` in one write, then closed.
+fn refuse(stream: &Accepted, instance: &str) {
+    let body = br#"{"error":"too many connections"}"#;
+    let mut msg = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: {instance}\r\n\
+         connection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    msg.extend_from_slice(body);
+    let _ = match stream {
+        Accepted::Unix(s) => s.try_write(&msg),
+        Accepted::Tcp(s) => s.try_write(&msg),
+    };
+}
+
+/// Per-connection activity, for the idle timeout.
+struct ConnState {
+    start: Instant,
+    last_io: AtomicU64,
+    busy: AtomicUsize,
+}
+
+impl ConnState {
+    fn touch(&self) {
+        self.last_io.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+struct BusyGuard(Arc<ConnState>);
+
+impl BusyGuard {
+    fn new(state: &Arc<ConnState>) -> BusyGuard {
+        state.busy.fetch_add(1, Ordering::Relaxed);
+        BusyGuard(state.clone())
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// A stream that records when bytes last moved.
+struct Tracked<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.state.touch();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.state.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Resolves when the connection has been idle (no request being handled,
+/// no byte moved) for `idle`.
+async fn idle_expired(state: &ConnState, idle: Duration) {
+    loop {
+        let now = state.start.elapsed();
+        let last = Duration::from_millis(state.last_io.load(Ordering::Relaxed));
+        let due = last.saturating_add(idle);
+        if state.busy.load(Ordering::Relaxed) == 0 && now >= due {
+            return;
+        }
+        let wait = if now >= due { idle } else { due - now };
+        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
+    }
+}
+
+async fn connection<S>(
+    ctx: Arc<Ctx>,
+    http: Arc<hyper::server::conn::http1::Builder>,
+    stream: S,
+    tcp: bool,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let state = Arc::new(ConnState { start: Instant::now(), last_io: AtomicU64::new(0), busy: AtomicUsize::new(0) });
+    let io = TokioIo::new(Tracked { inner: stream, state: state.clone() });
+    let svc_state = state.clone();
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let busy = BusyGuard::new(&svc_state);
+        let ctx = ctx.clone();
+        async move {
+            let instance = HeaderValue::from_str(ctx.sidecar.instance()).unwrap_or(HeaderValue::from_static("sidecar"));
+            // A panic in a handler becomes a 500, never a dead sidecar.
+            let handled = tokio::spawn(handle(ctx.clone(), tcp, req)).await;
+            let mut resp = handled.unwrap_or_else(|_| error(500, "internal error in the livecov sidecar"));
+            let h = resp.headers_mut();
+            h.insert("livecov-instance", instance);
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            drop(busy);
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = http.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let grace = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            _ = idle_expired(&state, IDLE_TIMEOUT) => break,
+            _ = grace => break,
+            _ = shutdown.changed(), if deadline.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+            }
+        }
+    }
+}
+
+type Resp = Response<Full<Bytes>>;
+
+const ROUTES: &str = "GET /coverage, POST /reset, GET /health, GET /targets, GET /metrics";
+
+async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
+    let sc = &ctx.sidecar;
+    let path = req.uri().path().to_owned();
+    sc.metrics.request(&path);
+    if tcp {
+        if let Some(token) = &ctx.token {
+            if !authorized(req.headers().get(header::AUTHORIZATION), token) {
+                sc.metrics.unauthorized.fetch_add(1, Ordering::Relaxed);
+                let mut r = error(401, "missing or wrong bearer token (Authorization: Bearer <token>)");
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
+    }
+    let allow = match path.as_str() {
+        "/coverage" | "/health" | "/targets" | "/metrics" => Method::GET,
+        "/reset" => Method::POST,
+        _ => return error(404, &format!("no route {} (routes: {ROUTES})", clip(&path))),
+    };
+    if req.method() != allow {
+        let mut r = error(405, &format!("method {} not allowed on {path} (allowed: {allow})", clip(req.method().as_str())));
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static(if allow == Method::GET { "GET" } else { "POST" }));
+        return r;
+    }
+    match path.as_str() {
+        "/coverage" => {
+            let q = match parse_query(req.uri().query()) {
+                Ok(q) => q,
+                Err(e) => return error(e.status, &e.message),
+            };
+            if q.format == Format::Profraw {
+                return error(
+                    400,
+                    "a sidecar serves merged LCOV (format=lcov or json); raw profiles come from each agent \
+                     (GET /targets lists them)",
+                );
+            }
+            coverage(sc, q.test, q.reset, q.format == Format::Json).await
+        }
+        "/reset" => {
+            if let Err(r) = read_body(req.into_body()).await {
+                return r;
+            }
+            let outcome = sc.reset(false).await;
+            if outcome.failed.is_empty() {
+                empty(StatusCode::NO_CONTENT)
+            } else {
+                error(
+                    502,
+                    &format!(
+                        "{} target(s) could not be reset (the others were, and gone instances were forgotten): {}",
+                        outcome.failed.len(),
+                        outcome.failed.join("; ")
+                    ),
+                )
+            }
+        }
+        "/health" => ok("application/json", Bytes::from(sc.health_json())),
+        "/targets" => ok("application/json", Bytes::from(sc.targets_json())),
+        _ => ok("text/plain; version=0.0.4; charset=utf-8", Bytes::from(sc.metrics_text())),
+    }
+}
+
+async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -> Resp {
+    let (text, instances, failed) = if reset {
+        let outcome = sc.reset(true).await;
+        let n = outcome.entries.len();
+        let Ok(_permit) = sc.merges.acquire().await else { return error(503, "shutting down") };
+        match merge_entries(outcome.entries, test).await {
+            Ok(text) => (text, n, outcome.failed.len()),
+            Err(e) => return error(500, &e),
+        }
+    } else {
+        let seen = sc.round_seq.load(Ordering::Acquire);
+        sc.refresh(Some(seen)).await;
+        match sc.merged(test).await {
+            Ok((text, n)) => (text, n, sc.counts().1),
+            Err(e) => return error(500, &e),
+        }
+    };
+    let mut r = if json {
+        let mut extra = serde_json::Map::new();
+        extra.insert("instances".into(), instances.into());
+        extra.insert("targets_failed".into(), failed.into());
+        let doc = snapshot::summary_json(&String::from_utf8_lossy(&text), extra);
+        ok("application/json", Bytes::from(doc))
+    } else {
+        ok("text/plain; charset=utf-8", text)
+    };
+    let h = r.headers_mut();
+    h.insert("livecov-instances", HeaderValue::from(instances));
+    h.insert("livecov-targets-failed", HeaderValue::from(failed));
+    r
+}
+
+/// Reads (and discards) a request body of at most [`MAX_BODY_BYTES`].
+async fn read_body(body: Incoming) -> Result<(), Resp> {
+    use hyper::body::Body as _;
+    let too_large = || {
+        let mut r = error(413, &format!("request body over {MAX_BODY_BYTES} bytes"));
+        r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    };
+    if body.size_hint().lower() > MAX_BODY_BYTES as u64 {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, Limited::new(body, MAX_BODY_BYTES).collect()).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => Err(error(400, &format!("could not read the request body: {e}"))),
+        Err(_) => Err(error(408, "request body not received in time")),
+    }
+}
+
+/// `Authorization: Bearer <token>`, compared in constant time.
+fn authorized(value: Option<&HeaderValue>, token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = value else { return false };
+    let value = value.as_bytes();
+    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return false;
+    }
+    let given = rest.trim_ascii();
+    bool::from(given.ct_eq(token))
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+fn ok(content_type: &'static str, bytes: Bytes) -> Resp {
+    let mut r = Response::new(Full::new(bytes));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn empty(status: StatusCode) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = status;
+    r
+}
+
+fn error(status: u16, message: &str) -> Resp {
+    let status = StatusCode::from_u16(status)
+        .ok()
+        .filter(|s| s.is_client_error() || s.is_server_error())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = serde_json::json!({ "error": message }).to_string();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer() {
+        let h = |s: &'static str| HeaderValue::from_static(s);
+        assert!(authorized(Some(&h("Bearer s3cret")), b"s3cret"));
+        assert!(authorized(Some(&h("bearer  s3cret ")), b"s3cret"));
+        assert!(!authorized(Some(&h("Bearer s3cre")), b"s3cret"));
+        assert!(!authorized(Some(&h("Basic s3cret")), b"s3cret"));
+        assert!(!authorized(None, b"s3cret"));
+    }
+
+    #[test]
+    fn a_sidecar_over_a_dir_keeps_its_instance_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = [dir.path().join("cov")];
+        let first = instance_id(&dirs);
+        assert!(first.starts_with("sidecar-"), "{first}");
+        assert_eq!(instance_id(&dirs), first);
+        assert_ne!(instance_id(&[]), instance_id(&[]));
+        std::fs::write(dirs[0].join(INSTANCE_FILE), "bad id/..\n").unwrap();
+        assert_ne!(instance_id(&dirs), first);
+    }
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!(parse_mode("600"), Ok(0o600));
+        assert_eq!(parse_mode("0o660"), Ok(0o660));
+        assert!(parse_mode("999").is_err());
+        assert!(parse_mode("1000").is_err());
+    }
+}

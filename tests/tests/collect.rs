@@ -1,0 +1,245 @@
+//! `livecov collect`, end to end, really run: per-test collections over the
+//! replicas of a "headless Service" (the fixture service with the agent on
+//! loopback addresses sharing one port, named by dnsmasq on a loopback
+//! port), over a coverage directory with an exited process, and over
+//! targets that fail.
+
+mod replicas;
+
+use std::path::Path;
+
+use replicas::*;
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn manifest(out: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(&out.join("manifest.json"))).expect("manifest.json is JSON")
+}
+
+/// The per-instance files of a collection, by file name.
+fn instance_files(out: &Path) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(out.join("instances"))
+        .expect("instances/")
+        .map(|e| {
+            let e = e.expect("entry");
+            (e.file_name().into_string().expect("UTF-8"), read(&e.path()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn collect_ok(args: &[&str]) -> String {
+    let out = livecov(&[&["collect"], args].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "livecov collect {args:?} failed: {stderr}");
+    assert!(!stderr.contains('\r'), "a progress bar on a stderr that is not a terminal: {stderr:?}");
+    stderr
+}
+
+#[test]
+fn per_test_collections_with_reset_attribute_each_tests_lines_to_it() {
+    let dir = scratch("collect", "per-test");
+    let port = free_port();
+    let token = "replica-secret";
+    let ips = ["127.0.0.2", "127.0.0.3"];
+    let dns = Dns::start(&dir, &ips, port);
+    let replicas: Vec<Replica> =
+        ips.iter().map(|ip| Replica::start(ip, Some(port), Some(token), &dir.join(format!("cov-{ip}")), &[])).collect();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let (dns_arg, by_a, by_srv) = (dns.arg(), format!("dns:{NAME}:{port}"), format!("srv:{SRV}"));
+    let token_arg = token_file.to_str().unwrap();
+
+    // Test "hello" hits /hello on both replicas; test "fib" /fib on one.
+    for r in &replicas {
+        r.get("/hello?name=x");
+    }
+    let hello = dir.join("out/hello");
+    let stderr = collect_ok(&[
+        "--replicas", &by_a, "--dns-server", &dns_arg, "--target-token-file", token_arg,
+        "--test", "hello", "--reset", "-o", hello.to_str().unwrap(),
+    ]);
+    assert!(stderr.contains("collected 2 instance(s) from 2 target(s)"), "{stderr}");
+    replicas[1].get("/fib?n=30");
+    let fib = dir.join("out/fib");
+    collect_ok(&[
+        "--replicas", &by_srv, "--dns-server", &dns_arg, "--target-token-file", token_arg,
+        "--test", "fib", "--reset", "-o", fib.to_str().unwrap(),
+    ]);
+
+    let hello_lcov = read(&hello.join("merged.lcov"));
+    let fib_lcov = read(&fib.join("merged.lcov"));
+    assert_eq!(test_names(&hello_lcov), ["hello"]);
+    assert_eq!(test_names(&fib_lcov), ["fib"]);
+    assert_eq!((function_count(&hello_lcov, HELLO), function_count(&hello_lcov, FIB)), (2, 0));
+    assert_eq!((function_count(&fib_lcov, HELLO), function_count(&fib_lcov, FIB)), (0, 1));
+    // What the handlers ran is in one test's report only.
+    let handlers = |lcov: &str| {
+        lines_hit(lcov).into_iter().find(|(f, _)| f.ends_with("handlers.rs")).map(|(_, l)| l).unwrap_or_default()
+    };
+    let (h, f) = (handlers(&hello_lcov), handlers(&fib_lcov));
+    assert!(!h.is_empty() && !f.is_empty());
+    assert!(h.iter().all(|l| !f.contains(l)), "hello's lines {h:?} and fib's {f:?} overlap");
+
+    // One file per instance; the merged report is their merge.
+    for out in [&hello, &fib] {
+        let files = instance_files(out);
+        let mut want: Vec<String> = replicas.iter().map(|r| format!("{}.lcov", r.instance())).collect();
+        want.sort();
+        assert_eq!(files.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), want);
+        let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(merge(&texts), read(&out.join("merged.lcov")));
+    }
+
+    // The manifest: every target, its instance, runtime, program, build id, timing.
+    let m = manifest(&hello);
+    assert_eq!((m["test"].as_str(), m["reset"].as_bool(), m["instances"].as_u64()), (Some("hello"), Some(true), Some(2)));
+    assert_eq!(m["targets_failed"], 0);
+    let targets = m["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 2);
+    for (t, r) in targets.iter().zip(&replicas) {
+        assert_eq!(t["address"], format!("http://{}:{port}", r.ip).as_str(), "{t}");
+        assert_eq!(t["source"], by_a.as_str());
+        assert_eq!(t["state"], "running");
+        assert_eq!(t["instance"], r.instance().as_str());
+        assert_eq!(t["runtime"], "rust");
+        assert_eq!(t["pid"], r.pid());
+        assert!(t["program"].as_str().unwrap().ends_with("/service"), "{t}");
+        assert!(t["build_id"].as_str().is_some_and(|b| b.len() >= 16), "{t}");
+        assert!(t["duration_ms"].is_u64() && t["started"].is_string() && t["error"].is_null(), "{t}");
+        assert_eq!(t["file"], format!("instances/{}.lcov", r.instance()).as_str());
+    }
+    assert_eq!(m["sources"][0]["source"], by_a.as_str());
+    assert!(m["totals"]["lines_hit"].as_u64().unwrap() > 0);
+
+    // After the reset, nothing ran: a collection without --reset is all zeros.
+    let idle = dir.join("out/idle");
+    collect_ok(&["--replicas", &by_a, "--dns-server", &dns_arg, "--target-token", token, "-o", idle.to_str().unwrap()]);
+    let idle_lcov = read(&idle.join("merged.lcov"));
+    assert!(!idle_lcov.is_empty() && lines_hit(&idle_lcov).is_empty(), "{idle_lcov}");
+    assert!(test_names(&idle_lcov).is_empty());
+}
+
+#[test]
+fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
+    let dir = scratch("collect", "dir");
+    let cov = dir.join("cov");
+    let live = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    let mut exited = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    live.get("/fib?n=5");
+    exited.get("/primes?limit=10");
+    let exited_instance = exited.instance();
+    exited.quit();
+    let exited_report = read(&exited.report(&exited_instance));
+    let cov_arg = cov.to_str().unwrap();
+
+    let first = dir.join("first");
+    collect_ok(&["--dir", cov_arg, "-o", first.to_str().unwrap()]);
+    let want = merge(&[&live.own_dump(), &exited_report]);
+    assert_eq!(read(&first.join("merged.lcov")), want);
+    assert_eq!(function_count(&want, PRIMES), 1);
+    let m = manifest(&first);
+    let rows = m["targets"].as_array().unwrap();
+    let row = |instance: &str| rows.iter().find(|r| r["instance"] == instance).unwrap_or_else(|| panic!("no {instance} in {m}"));
+    assert_eq!(row(&live.instance())["state"], "running");
+    let gone = row(&exited_instance);
+    assert_eq!(gone["state"], "gone");
+    assert!(gone["address"].as_str().unwrap().ends_with(".lcov"));
+    assert_eq!(gone["runtime"], "rust");
+    assert_eq!(gone["pid"], exited.pid());
+    assert_eq!(instance_files(&first).len(), 2);
+
+    // A per-test collection with --reset takes the exited process's report
+    // one last time; later collections leave it out.
+    let second = dir.join("second");
+    collect_ok(&["--dir", cov_arg, "--reset", "--test", "t", "-o", second.to_str().unwrap()]);
+    let second_lcov = read(&second.join("merged.lcov"));
+    assert_eq!(second_lcov, merge(&[&want.replace("SF:", "TN:t\nSF:")]));
+    let third = dir.join("third");
+    collect_ok(&["--dir", cov_arg, "-o", third.to_str().unwrap()]);
+    assert_eq!(instance_files(&third).len(), 1);
+    let third_lcov = read(&third.join("merged.lcov"));
+    assert!(lines_hit(&third_lcov).is_empty(), "{third_lcov}");
+    assert_eq!(manifest(&third)["targets"].as_array().unwrap().len(), 1);
+    // The output folder is reused: stale instance files are gone.
+    collect_ok(&["--dir", cov_arg, "-o", first.to_str().unwrap()]);
+    assert_eq!(instance_files(&first).len(), 1);
+}
+
+#[test]
+fn failed_targets_are_in_the_manifest_and_fail_the_step_unless_partial_is_allowed() {
+    let dir = scratch("collect", "bad");
+    let agent_port = free_port();
+    let good = Replica::start("127.0.0.1", Some(agent_port), None, &dir.join("cov"), &[]);
+    good.get("/hello?name=ok");
+    let garbage = Fake::start(Bad::Garbage);
+    let hang = Fake::start(Bad::Hang);
+    let endless = Fake::start(Bad::Endless);
+    let refused = refused_url();
+    let good_url = format!("http://127.0.0.1:{agent_port}");
+    let out = dir.join("out");
+    let args = [
+        "collect", "--target", &good_url, "--target", &garbage.url(), "--target", &hang.url(), "--target", &endless.url(),
+        "--target", &refused, "--timeout", "3", "--max-size", "1", "-o", out.to_str().unwrap(),
+    ];
+    let run = livecov(&args);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("4 of 5 target(s) failed") && stderr.contains("--allow-partial"), "{stderr}");
+    // The good target is collected all the same, and the manifest says what failed.
+    assert_eq!(read(&out.join("merged.lcov")), merge(&[&good.own_dump()]));
+    let m = manifest(&out);
+    assert_eq!(m["targets_failed"], 4);
+    let rows = m["targets"].as_array().unwrap();
+    let error_of = |url: &str| -> String {
+        let row = rows.iter().find(|r| r["address"] == url).unwrap_or_else(|| panic!("no {url} in {m}"));
+        assert_eq!(row["state"], "error", "{row}");
+        row["error"].as_str().unwrap().to_owned()
+    };
+    assert!(error_of(&garbage.url()).contains("did not answer as a livecov agent"));
+    assert!(error_of(&hang.url()).contains("no complete answer"));
+    assert!(error_of(&endless.url()).contains("larger than 1 MiB"));
+    assert!(error_of(&refused).contains("refused the connection"));
+    let hang_row = rows.iter().find(|r| r["address"] == hang.url().as_str()).unwrap();
+    assert_eq!(hang_row["attempts"], 2, "one retry: {hang_row}");
+
+    // --allow-partial: the same, exit 0.
+    let mut partial = args.to_vec();
+    partial.push("--allow-partial");
+    let run = livecov(&partial);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(manifest(&out)["targets_failed"], 4);
+
+    // No target at all (a name without records) is a failure too.
+    let dns = Dns::start(&dir, &[], agent_port);
+    let none = dir.join("none");
+    let by_a = format!("dns:{NAME}:{agent_port}");
+    let run = livecov(&["collect", "--replicas", &by_a, "--dns-server", &dns.arg(), "-o", none.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("no target found"), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(manifest(&none)["targets"].as_array().unwrap().len(), 0);
+    // Arguments are checked before anything is asked.
+    let run = livecov(&["collect", "--replicas", "dns:nope", "-o", none.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(2));
+    let run = livecov(&["collect", "-o", none.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&run.stderr).contains("no target"), "{}", String::from_utf8_lossy(&run.stderr));
+}
+
+#[test]
+fn sidecar_and_collect_have_help_with_examples() {
+    for cmd in ["sidecar", "collect"] {
+        let out = livecov(&[cmd, "--help"]);
+        assert!(out.status.success());
+        let help = String::from_utf8(out.stdout).unwrap();
+        assert!(help.contains("Examples:") && help.contains(&format!("livecov {cmd} --")), "{cmd}: {help}");
+        for option in ["--dir", "--replicas", "--target ", "--dns-server", "--target-token", "--parallelism", "--timeout"] {
+            assert!(help.contains(option), "{cmd} --help lacks {option}");
+        }
+    }
+    let out = livecov(&["sidecar", "--dir", "/nonexistent"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to listen on"));
+}

@@ -1,0 +1,724 @@
+//! What tests/tests/sidecar.rs and tests/tests/collect.rs share: the
+//! `livecov` binary, the fixture service with the agent as replicas on
+//! loopback addresses (127.0.0.2, 127.0.0.3, ...) sharing one port, a real
+//! DNS server (dnsmasq on a loopback port) standing in for cluster DNS, the
+//! sidecar as a process, and small fake targets that misbehave.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use livecov_tests::workspace_root;
+
+/// The name the DNS server answers for the replicas.
+pub const NAME: &str = "replicas.livecov.test";
+/// Its SRV record.
+pub const SRV: &str = "_coverage._tcp.replicas.livecov.test";
+
+// ---------------------------------------------------------------- binaries
+
+/// The `livecov` binary of this workspace, built once per test process.
+pub fn livecov_bin() -> &'static PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = workspace_root();
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build for the livecov binary");
+        assert!(status.success(), "cargo build -p livecov-cli failed");
+        root.join("target/debug/livecov")
+    })
+}
+
+/// `livecov ARGS`, without tokens from the environment.
+pub fn livecov(args: &[&str]) -> Output {
+    Command::new(livecov_bin())
+        .args(args)
+        .env_remove("LIVECOV_TOKEN")
+        .env_remove("LIVECOV_TOKEN_FILE")
+        .env_remove("LIVECOV_SIDECAR_TOKEN")
+        .env_remove("LIVECOV_SIDECAR_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run livecov")
+}
+
+/// The fixture service with coverage and the agent (as tests/tests/agent.rs builds it).
+pub fn service_bin() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = workspace_root();
+        let out = root.join("target/fixtures/service");
+        std::fs::create_dir_all(&out).expect("create target/fixtures/service");
+        let lock = std::fs::File::create(out.join(".lock")).expect("lock file");
+        lock.lock().expect("lock the service build");
+        let host = String::from_utf8(Command::new("rustc").arg("-vV").output().expect("rustc -vV").stdout)
+            .expect("utf-8")
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .expect("host triple");
+        let mut cargo = Command::new("cargo");
+        for (name, _) in std::env::vars() {
+            if (name.starts_with("CARGO") && name != "CARGO_HOME") || name.starts_with("RUSTC") || name == "RUSTFLAGS" {
+                cargo.env_remove(name);
+            }
+        }
+        let status = cargo
+            .args(["build", "--quiet", "--target", &host])
+            .env("RUSTFLAGS", "-C instrument-coverage")
+            .env("CARGO_TARGET_DIR", &out)
+            .current_dir(root.join("fixtures/service"))
+            .status()
+            .expect("run cargo build for fixtures/service");
+        assert!(status.success(), "building fixtures/service failed");
+        out.join(host).join("debug/service")
+    })
+}
+
+pub fn scratch(group: &str, name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/tmp").join(group).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
+
+pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TCP port free on 127.0.0.1 now (and, in practice, on 127.0.0.N).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 (for the DNS server).
+fn free_dns_port() -> u16 {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("address").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port for the DNS server");
+}
+
+// ---------------------------------------------------------------- HTTP
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("a UTF-8 body")
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("not a complete HTTP response: {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
+        body = dechunk(&body);
+    }
+    Response { status, headers, body }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
+        b = &b[eol + 2 + size + 2..];
+    }
+    out
+}
+
+fn exchange(mut s: impl Read + Write, method: &str, path: &str, headers: &[String]) -> Response {
+    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 0\r\n");
+    for h in headers {
+        request.push_str(h);
+        request.push_str("\r\n");
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    parse_response(&raw)
+}
+
+pub fn tcp_request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
+    let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    let headers: Vec<String> = token.map(|t| format!("authorization: Bearer {t}")).into_iter().collect();
+    exchange(s, method, path, &headers)
+}
+
+pub fn unix_request(socket: &Path, method: &str, path: &str) -> Response {
+    let s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
+    exchange(s, method, path, &[])
+}
+
+// ---------------------------------------------------------------- replicas
+
+/// The fixture service with the agent: its own API on `--addr`, the
+/// agent's on `LIVECOV_LISTEN` (TCP, with a token) and on its socket.
+pub struct Replica {
+    pub child: Child,
+    pub ip: String,
+    /// The service's own port (traffic).
+    pub port: u16,
+    /// `LIVECOV_DIR`.
+    pub cov: PathBuf,
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Replica {
+    /// A replica on `ip`: the agent on `ip:agent_port` (when given) with
+    /// `token`, the service on `ip:0`, coverage in `cov`.
+    pub fn start(ip: &str, agent_port: Option<u16>, token: Option<&str>, cov: &Path, env: &[(&str, &str)]) -> Replica {
+        let mut cmd = Command::new(service_bin());
+        cmd.args(["--addr", &format!("{ip}:0")])
+            .env("LIVECOV_DIR", cov)
+            .env("LIVECOV_DEMANGLE", "0")
+            .env_remove("LIVECOV_TOKEN")
+            .env_remove("LIVECOV_LISTEN")
+            .env("LLVM_PROFILE_FILE", cov.with_file_name(format!("exit-{ip}-%p.profraw")))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(port) = agent_port {
+            cmd.env("LIVECOV_LISTEN", format!("{ip}:{port}"));
+        }
+        if let Some(t) = token {
+            cmd.env("LIVECOV_TOKEN", t);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start the service");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the service's first line");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("service said {line:?}, not `listening on ADDR`"));
+        Replica { child, ip: ip.to_owned(), port, cov: cov.to_owned(), _stdout: stdout }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn instance(&self) -> String {
+        let pid = self.pid();
+        wait_for("the agent's socket", || {
+            std::fs::read_dir(self.cov.join("sockets")).ok()?.flatten().find_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let instance = name.strip_suffix(".sock")?;
+                instance.starts_with(&format!("rust-{pid}-")).then(|| instance.to_owned())
+            })
+        })
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.cov.join("sockets").join(format!("{}.sock", self.instance()))
+    }
+
+    /// A request to the service itself (traffic).
+    pub fn get(&self, path: &str) -> String {
+        let addr: SocketAddr = format!("{}:{}", self.ip, self.port).parse().expect("address");
+        let r = tcp_request(addr, "GET", path, None);
+        assert_eq!(r.status, 200, "GET {path} on the service: {}", String::from_utf8_lossy(&r.body));
+        r.text()
+    }
+
+    /// The replica's own dump (GET /coverage on its socket).
+    pub fn own_dump(&self) -> String {
+        let r = unix_request(&self.socket(), "GET", "/coverage");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.text()
+    }
+
+    pub fn report(&self, instance: &str) -> PathBuf {
+        self.cov.join("reports").join(format!("{instance}.lcov"))
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// `GET /quit`: the service exits 0 and its agent writes the final report.
+    pub fn quit(&mut self) {
+        let _ = self.get("/quit");
+        let status = self.child.wait().expect("wait for the service");
+        assert!(status.success(), "the service exited with {status}");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ---------------------------------------------------------------- DNS
+
+/// dnsmasq on a loopback port: `NAME` has one A record per replica, and
+/// `SRV` points at `NAME` on the replicas' port.
+pub struct Dns {
+    child: Child,
+    pub addr: SocketAddr,
+    hosts: PathBuf,
+}
+
+impl Dns {
+    pub fn start(dir: &Path, ips: &[&str], srv_port: u16) -> Dns {
+        let hosts = dir.join("dns-hosts");
+        write_hosts(&hosts, ips);
+        let port = free_dns_port();
+        let mut cmd = Command::new("dnsmasq");
+        cmd.args([
+            "--no-daemon",
+            &format!("--port={port}"),
+            "--listen-address=127.0.0.1",
+            "--bind-interfaces",
+            "--no-resolv",
+            "--no-hosts",
+            "--conf-file=/dev/null",
+            "--log-facility=-",
+            &format!("--addn-hosts={}", hosts.display()),
+            &format!("--srv-host={SRV},{NAME},{srv_port}"),
+            &format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
+        ]);
+        // As root dnsmasq would switch to an unprivileged user that may not
+        // read the hosts file in the scratch folder.
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.arg("--user=root");
+        }
+        let log = std::fs::File::create(dir.join("dnsmasq.log")).expect("dnsmasq log");
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("run dnsmasq (install it: tests/scripts/install-deps.sh)");
+        let dns = Dns { child, addr: SocketAddr::from(([127, 0, 0, 1], port)), hosts };
+        let want: Vec<Ipv4Addr> = ips.iter().map(|ip| ip.parse().expect("IPv4")).collect();
+        dns.wait_for_answer(&want, dir);
+        dns
+    }
+
+    pub fn arg(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Rewrites the hosts file and reloads dnsmasq (SIGHUP).
+    pub fn set(&self, ips: &[&str]) {
+        write_hosts(&self.hosts, ips);
+        // Safety: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
+        let want: Vec<Ipv4Addr> = ips.iter().map(|ip| ip.parse().expect("IPv4")).collect();
+        self.wait_for_answer(&want, self.hosts.parent().expect("dir"));
+    }
+
+    fn wait_for_answer(&self, want: &[Ipv4Addr], dir: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut want = want.to_vec();
+        want.sort();
+        loop {
+            if let Some(mut got) = query_a(self.addr, NAME) {
+                got.sort();
+                if got == want {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dnsmasq does not answer {want:?} for {NAME}; its log: {}",
+                std::fs::read_to_string(dir.join("dnsmasq.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Dns {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_hosts(path: &Path, ips: &[&str]) {
+    let text: String = ips.iter().map(|ip| format!("{ip} {NAME}\n")).collect();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write the hosts file");
+    std::fs::rename(&tmp, path).expect("rename the hosts file");
+}
+
+/// The A records of `name` from the server at `server` (one UDP query);
+/// `None` when it does not answer.
+pub fn query_a(server: SocketAddr, name: &str) -> Option<Vec<Ipv4Addr>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").ok()?;
+    socket.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    socket.send_to(&q, server).ok()?;
+    let mut buf = [0u8; 1500];
+    let (n, _) = socket.recv_from(&mut buf).ok()?;
+    let b = &buf[..n];
+    if b.len() < 12 || b[0..2] != [0x12, 0x34] {
+        return None;
+    }
+    let answers = u16::from_be_bytes([b[6], b[7]]);
+    let mut i = 12;
+    i = skip_name(b, i)? + 4;
+    let mut out = Vec::new();
+    for _ in 0..answers {
+        i = skip_name(b, i)?;
+        let rtype = u16::from_be_bytes([*b.get(i)?, *b.get(i + 1)?]);
+        let len = u16::from_be_bytes([*b.get(i + 8)?, *b.get(i + 9)?]) as usize;
+        let data = b.get(i + 10..i + 10 + len)?;
+        if rtype == 1 && len == 4 {
+            out.push(Ipv4Addr::new(data[0], data[1], data[2], data[3]));
+        }
+        i += 10 + len;
+    }
+    Some(out)
+}
+
+fn skip_name(b: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        let len = *b.get(i)?;
+        if len == 0 {
+            return Some(i + 1);
+        }
+        if len & 0xc0 == 0xc0 {
+            return Some(i + 2);
+        }
+        i += 1 + len as usize;
+    }
+}
+
+// ---------------------------------------------------------------- the sidecar
+
+pub struct Sidecar {
+    pub child: Child,
+    pub addr: Option<SocketAddr>,
+    pub socket: Option<PathBuf>,
+    pub instance: String,
+    pub token: Option<String>,
+}
+
+impl Sidecar {
+    /// `livecov sidecar ARGS`; `token`: the `--token` clients must send.
+    pub fn start(args: &[&str], token: Option<&str>) -> Sidecar {
+        let mut cmd = Command::new(livecov_bin());
+        cmd.arg("sidecar").args(args);
+        if let Some(t) = token {
+            cmd.args(["--token", t]);
+        }
+        let mut child = cmd
+            .env_remove("LIVECOV_TOKEN")
+            .env_remove("LIVECOV_TOKEN_FILE")
+            .env_remove("LIVECOV_SIDECAR_TOKEN")
+            .env_remove("LIVECOV_SIDECAR_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start livecov sidecar");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (mut addr, mut socket, mut instance) = (None, None, String::new());
+        let want_tcp = args.contains(&"--listen");
+        let want_unix = args.contains(&"--socket");
+        loop {
+            let mut line = String::new();
+            let n = stdout.read_line(&mut line).expect("read the sidecar's output");
+            assert!(n > 0, "the sidecar exited before listening: {:?}", child.wait());
+            let line = line.trim();
+            if let Some(i) = line.strip_prefix("livecov sidecar: instance ") {
+                instance = i.to_owned();
+            } else if let Some(a) = line.strip_prefix("listening on http://") {
+                addr = Some(a.parse().expect("an address"));
+            } else if let Some(p) = line.strip_prefix("listening on unix:") {
+                socket = Some(PathBuf::from(p));
+            }
+            if (!want_tcp || addr.is_some()) && (!want_unix || socket.is_some()) && !instance.is_empty() {
+                break;
+            }
+        }
+        // Keep reading (and dropping) its standard output.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = stdout.read_to_end(&mut sink);
+        });
+        Sidecar { child, addr, socket, instance, token: token.map(str::to_owned) }
+    }
+
+    /// A request on TCP with the sidecar's token.
+    pub fn get(&self, path: &str) -> Response {
+        tcp_request(self.addr.expect("a TCP listener"), "GET", path, self.token.as_deref())
+    }
+
+    pub fn post(&self, path: &str) -> Response {
+        tcp_request(self.addr.expect("a TCP listener"), "POST", path, self.token.as_deref())
+    }
+
+    pub fn coverage(&self, query: &str) -> String {
+        let r = self.get(&format!("/coverage{query}"));
+        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("livecov-instance"), Some(self.instance.as_str()));
+        r.text()
+    }
+
+    pub fn targets(&self) -> Vec<serde_json::Value> {
+        let r = self.get("/targets");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        r.json()["targets"].as_array().expect("targets").clone()
+    }
+
+    /// The row of /targets whose address contains `needle`.
+    pub fn target(&self, needle: &str) -> Option<serde_json::Value> {
+        self.targets().into_iter().find(|t| t["address"].as_str().is_some_and(|a| a.contains(needle)))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        // Safety: signalling our own child; SIGTERM stops it cleanly.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- fakes
+
+/// How a fake target misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bad {
+    /// Not HTTP at all.
+    Garbage,
+    /// HTTP with a Livecov-Instance, but a body that is not LCOV.
+    Malformed,
+    /// An HTML page, without Livecov-Instance.
+    NotLivecov,
+    /// Accepts, reads, never answers.
+    Hang,
+    /// A 200 whose body never ends.
+    Endless,
+}
+
+/// A small misbehaving server on 127.0.0.1.
+pub struct Fake {
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Fake {
+    pub fn start(bad: Bad) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut handlers = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let flag = flag.clone();
+                        handlers.push(std::thread::spawn(move || misbehave(s, bad, &flag)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            for h in handlers {
+                let _ = h.join();
+            }
+        });
+        Fake { addr, stop, thread: Some(thread) }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn misbehave(mut s: TcpStream, bad: Bad, stop: &AtomicBool) {
+    let _ = s.set_nonblocking(false);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    // Read the request head (or what comes within the timeout).
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let http = |ct: &str, extra: &str, body: &str| {
+        format!("HTTP/1.1 200 OK\r\ncontent-type: {ct}\r\n{extra}content-length: {}\r\n\r\n{body}", body.len())
+    };
+    match bad {
+        Bad::Garbage => {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\x00\xff\xfe garbage \x01\x02\r\n\r\n");
+        }
+        Bad::Malformed => {
+            let _ = s.write_all(http("text/plain", "livecov-instance: fake-malformed\r\n", "SF:/src/x.rs\nDA:one,1\nend_of_record\n").as_bytes());
+        }
+        Bad::NotLivecov => {
+            let _ = s.write_all(http("text/html", "", "<html><body>hello</body></html>\n").as_bytes());
+        }
+        Bad::Hang => {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Bad::Endless => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nlivecov-instance: fake-endless\r\n\r\n");
+            let chunk: Vec<u8> = "SF:/src/endless.rs\nDA:1,1\nend_of_record\n".repeat(1500).into_bytes();
+            while !stop.load(Ordering::Relaxed) {
+                if s.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// A TCP address nobody listens on.
+pub fn refused_url() -> String {
+    let port = free_port();
+    format!("http://127.0.0.1:{port}")
+}
+
+// ---------------------------------------------------------------- LCOV
+
+/// Merges LCOV reports as `livecov merge` does.
+pub fn merge(reports: &[&str]) -> String {
+    livecov_cli::merge::merge(reports.iter().map(|r| ("report", *r))).expect("valid LCOV")
+}
+
+/// FNDA counts of the functions whose (mangled) name ends with `function`.
+pub fn function_count(lcov: &str, function: &str) -> u64 {
+    lcov.lines()
+        .filter_map(|l| l.strip_prefix("FNDA:"))
+        .filter_map(|l| l.split_once(','))
+        .filter(|(_, name)| name.ends_with(function))
+        .map(|(c, _)| c.parse::<u64>().expect("a count"))
+        .sum()
+}
+
+/// Lines with a count > 0, per file.
+pub fn lines_hit(lcov: &str) -> BTreeMap<String, Vec<u32>> {
+    let mut files: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    let mut file = String::new();
+    for line in lcov.lines() {
+        if let Some(f) = line.strip_prefix("SF:") {
+            file = f.to_owned();
+        } else if let Some(da) = line.strip_prefix("DA:") {
+            let (l, c) = da.split_once(',').expect("DA:line,count");
+            if c != "0" {
+                files.entry(file.clone()).or_default().push(l.parse().expect("line"));
+            }
+        }
+    }
+    files
+}
+
+/// The test names of the records (`TN:` lines).
+pub fn test_names(lcov: &str) -> Vec<String> {
+    let mut names: Vec<String> = lcov.lines().filter_map(|l| l.strip_prefix("TN:")).map(str::to_owned).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+pub const HELLO: &str = "handlers5hello";
+pub const FIB: &str = "handlers3fib";
+pub const PRIMES: &str = "handlers6primes";
+
+/// Peak resident memory of a process, in KiB (VmHWM).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
