@@ -297,6 +297,28 @@ pub fn decode_records(
     Ok(decoded.into_iter().map(|d| d.record).collect())
 }
 
+/// As [`decode_records`], with where each record's counters are in
+/// `counters`. An agent that keeps a module's records compares those byte
+/// ranges between snapshots and decodes again, with [`decode_counters`],
+/// only the records whose counters changed.
+pub fn decode_records_with_spans(
+    layout: &RecordLayout,
+    data: &[u8],
+    counters: &[u8],
+    bitmap: &[u8],
+) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
+    let section = |bytes| raw::Section { bytes, base: 0 };
+    let decoded =
+        raw::decode_records_in(layout, section(data), section(counters), section(bitmap))?;
+    Ok(decoded.into_iter().map(|d| (d.record, d.counters_span)).collect())
+}
+
+/// The counter values of record `index` from its bytes in the counters
+/// section (a span of [`decode_records_with_spans`]).
+pub fn decode_counters(layout: &RecordLayout, bytes: &[u8], index: usize) -> Result<Vec<u64>> {
+    raw::counter_values(layout, bytes, 0, index)
+}
+
 /// Bit of a function hash that marks context-sensitive IR records
 /// (`NamedInstrProfRecord::CS_FLAG_IN_FUNC_HASH`).
 pub(crate) const CS_FLAG_IN_HASH: u32 = 60;

@@ -43,8 +43,8 @@ type Key = (u64, u64);
 struct Incremental {
     /// The options of the last report (test name, demangling).
     written_with: Option<(Option<String>, bool)>,
-    /// Per module, the records of the last snapshot.
-    records: Vec<Vec<FunctionCounters>>,
+    /// Per module, its records as of the last snapshot.
+    modules: Vec<ModuleRecords>,
     /// Merged counts of every function of the modules.
     merged: FxHashMap<Key, Vec<u64>>,
     /// The hashes each name reference has in the modules.
@@ -57,6 +57,18 @@ struct Incremental {
     /// Set when the last whole merge had no warnings (names all resolved,
     /// counter counts agree): only then are merged counts updated key by key.
     exact: bool,
+}
+
+/// A module's records, where their counters are in a snapshot, and which
+/// of them matter for the report.
+struct ModuleRecords {
+    records: Vec<FunctionCounters>,
+    spans: Vec<std::ops::Range<usize>>,
+    /// Records of functions with a reported file (the agent's own code,
+    /// which runs at every dump, has none).
+    relevant: Vec<bool>,
+    /// The counter bytes the records were decoded from.
+    counters: Vec<u8>,
 }
 
 impl Incremental {
@@ -186,12 +198,6 @@ impl Engine {
         if reset {
             self.rebase(&snapshots);
         }
-        let records = self
-            .modules
-            .iter()
-            .zip(&snapshots)
-            .map(|(m, snap)| m.records(snap))
-            .collect::<Result<Vec<_>>>()?;
         let lcov_options = lcov::Options {
             ignore_filename_regex: options.ignore.to_vec(),
             no_demangle: !options.demangle,
@@ -206,39 +212,55 @@ impl Engine {
         }
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
 
-        // The functions whose counts changed (all of them, the first time).
+        // The functions whose counts changed (all of them, the first time):
+        // compare each relevant record's counter bytes with the last ones,
+        // and decode only the records that differ.
         let last = &mut self.last;
-        let incremental = last.exact
-            && last.written_with == written_with
-            && last.records.len() == records.len()
-            && last.records.iter().zip(&records).all(|(a, b)| a.len() == b.len());
-        let changed: Option<FxHashSet<Key>> = incremental.then(|| {
+        let incremental = last.exact && last.written_with == written_with && last.modules.len() == snapshots.len();
+        let changed: Option<FxHashSet<Key>> = if incremental {
             let mut changed = FxHashSet::default();
-            for (old, new) in last.records.iter().zip(&records) {
-                for (a, b) in old.iter().zip(new) {
-                    if a.counters != b.counters {
-                        changed.insert((b.name_ref, b.hash));
+            for ((m, state), snap) in self.modules.iter().zip(&mut last.modules).zip(snapshots) {
+                for (i, span) in state.spans.iter().enumerate() {
+                    if state.relevant[i] && snap.counters.get(span.clone()) != state.counters.get(span.clone()) {
+                        let bytes = snap.counters.get(span.clone()).unwrap_or(&[]);
+                        let record = &mut state.records[i];
+                        record.counters = profile::decode_counters(&m.layout, bytes, i)?;
+                        changed.insert((record.name_ref, record.hash));
                     }
                 }
+                state.counters = snap.counters;
             }
-            // Only functions with a file in the report matter.
-            changed.retain(|key| {
-                last.functions.get(key).is_some_and(|fs| {
-                    fs.iter().any(|&i| self.mapping.functions[i].filenames.iter().any(|&f| !ignored(f)))
-                })
-            });
-            changed
-        });
+            Some(changed)
+        } else {
+            let mut states = Vec::with_capacity(self.modules.len());
+            let mut relevant_keys: FxHashMap<Key, bool> = FxHashMap::default();
+            for (m, snap) in self.modules.iter().zip(snapshots) {
+                let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
+                let relevant = records
+                    .iter()
+                    .map(|r| {
+                        *relevant_keys.entry((r.name_ref, r.hash)).or_insert_with(|| {
+                            last.functions.get(&(r.name_ref, r.hash)).is_some_and(|fs| {
+                                fs.iter().any(|&i| self.mapping.functions[i].filenames.iter().any(|&f| !ignored(f)))
+                            })
+                        })
+                    })
+                    .collect();
+                states.push(ModuleRecords { records, spans, relevant, counters: snap.counters });
+            }
+            last.modules = states;
+            None
+        };
         if changed.as_ref().is_some_and(FxHashSet::is_empty) {
-            last.records = records;
             return Ok(last.report.clone());
         }
 
         // Merge what changed (or everything) as llvm-profdata would.
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
-        for (m, recs) in self.modules.iter().zip(&records) {
-            let selected = recs
+        for (m, state) in self.modules.iter().zip(&last.modules) {
+            let selected = state
+                .records
                 .iter()
                 .filter(|r| changed.as_ref().is_none_or(|c| c.contains(&(r.name_ref, r.hash))))
                 .cloned()
@@ -255,11 +277,13 @@ impl Engine {
         let changed_files: Vec<FileName> = match &changed {
             None => {
                 let functions = std::mem::take(&mut last.functions);
+                let modules = std::mem::take(&mut last.modules);
                 last.forget();
                 last.functions = functions;
+                last.modules = modules;
                 last.written_with = written_with;
                 last.exact = counters.warnings().is_empty();
-                for r in records.iter().flatten() {
+                for r in last.modules.iter().flat_map(|state| &state.records) {
                     let hashes = last.hashes.entry(r.name_ref).or_default();
                     if !hashes.contains(&r.hash) {
                         hashes.push(r.hash);
@@ -285,7 +309,6 @@ impl Engine {
             }
         };
         self.counters = counters;
-        last.records = records;
 
         // The records of those files, from every function that touches them.
         let wanted: FxHashSet<FileName> = changed_files.iter().copied().filter(|&f| !ignored(f)).collect();

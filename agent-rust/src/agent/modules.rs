@@ -186,9 +186,10 @@ impl Module {
         }
     }
 
-    /// Decodes a snapshot into per-function counters.
-    pub fn records(&self, snapshot: &Snapshot) -> Result<Vec<FunctionCounters>> {
-        profile::decode_records(&self.layout, &snapshot.data, &snapshot.counters, &snapshot.bitmap)
+    /// Decodes a snapshot into per-function counters, with each record's
+    /// byte range in the snapshot's counters.
+    pub fn records_with_spans(&self, snapshot: &Snapshot) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
+        profile::decode_records_with_spans(&self.layout, &snapshot.data, &snapshot.counters, &snapshot.bitmap)
             .map_err(|e| e.context(&self.id.path.display().to_string()))
     }
 

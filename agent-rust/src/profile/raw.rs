@@ -97,6 +97,8 @@ pub(crate) struct Section<'a> {
 pub(crate) struct Decoded {
     pub record: FunctionCounters,
     pub has_value_data: bool,
+    /// Where the record's counters are in the counters section.
+    pub counters_span: std::ops::Range<usize>,
 }
 
 /// Decodes the data records of one module or profile. See
@@ -165,7 +167,7 @@ pub(crate) fn decode_records_in(
             name_ref,
             record_offset,
         };
-        let counter_values = read_counters(
+        let (counter_values, counters_span) = read_counters(
             &ctx,
             counters,
             counter_ptr,
@@ -186,6 +188,7 @@ pub(crate) fn decode_records_in(
                 bitmap: bitmap_bytes,
             },
             has_value_data,
+            counters_span,
         });
     }
     Ok(out)
@@ -245,7 +248,7 @@ fn read_counters(
     counter_ptr_at: u64,
     num_counters: u32,
     num_counters_at: u64,
-) -> Result<Vec<u64>> {
+) -> Result<(Vec<u64>, std::ops::Range<usize>)> {
     let layout = ctx.layout;
     if num_counters == 0 {
         return Err(ctx.error(num_counters_at, "number of counters is zero"));
@@ -272,20 +275,23 @@ fn read_counters(
     let start = offset as usize;
     let len = (u64::from(num_counters) * width) as usize;
     let slots = counters.bytes.get(start..start + len).unwrap_or(&[]);
-    let mut cur = Bytes::new(
-        slots,
-        counters.base + offset,
-        layout.endian,
-        "raw profile counters",
-    );
+    if layout.variant.temporal && slots.len() < 8 {
+        return Err(ctx.error(
+            num_counters_at,
+            "too few counter bytes for the temporal timestamp",
+        ));
+    }
+    let values = counter_values(layout, slots, counters.base + offset, ctx.index)?;
+    Ok((values, start..start + len))
+}
+
+/// The values of one record's counters from their bytes (`slots`, found at
+/// `base` of the input; `index` is the record's, for messages).
+pub(crate) fn counter_values(layout: &RecordLayout, slots: &[u8], base: u64, index: usize) -> Result<Vec<u64>> {
+    let width: u64 = if layout.variant.byte_coverage { 1 } else { 8 };
+    let mut cur = Bytes::new(slots, base, layout.endian, "raw profile counters");
     if layout.variant.temporal {
         // The first slot is a u64 timestamp, also in byte-coverage mode.
-        if cur.remaining() < 8 {
-            return Err(ctx.error(
-                num_counters_at,
-                "too few counter bytes for the temporal timestamp",
-            ));
-        }
         cur.skip(8)?;
     }
     let mut values = Vec::with_capacity(cur.remaining() / width as usize);
@@ -301,9 +307,8 @@ fn read_counters(
                     "raw profile counters",
                     at,
                     format!(
-                        "counter value {value} of record {} exceeds 2^56; llvm-profdata refuses the \
-                         profile as corrupted",
-                        ctx.index
+                        "counter value {value} of record {index} exceeds 2^56; llvm-profdata refuses the \
+                         profile as corrupted"
                     ),
                 ));
             }
