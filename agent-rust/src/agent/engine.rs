@@ -194,68 +194,103 @@ impl Engine {
 
     /// The LCOV report of the counts since start (or the last reset).
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
+        self.refresh()?;
+        let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
+        if self.last.functions.is_empty() {
+            for (i, f) in self.mapping.functions.iter().enumerate() {
+                self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
+            }
+        }
+        let incremental = !reset
+            && self.last.exact
+            && self.last.written_with == written_with
+            && self.last.modules.len() == self.modules.len();
+        if incremental {
+            let changed = self.changed_since_last()?;
+            if changed.is_empty() {
+                return Ok(self.last.report.clone());
+            }
+            return self.report(options, Some(changed));
+        }
+
+        // Everything again: decode every record of a full snapshot.
         let snapshots = self.snapshot()?;
         if reset {
             self.rebase(&snapshots);
         }
+        let mut states = Vec::with_capacity(self.modules.len());
+        let mut relevant_keys: FxHashMap<Key, bool> = FxHashMap::default();
+        for (m, snap) in self.modules.iter().zip(snapshots) {
+            let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
+            let relevant = records
+                .iter()
+                .map(|r| {
+                    let key = (r.name_ref, r.hash);
+                    *relevant_keys.entry(key).or_insert_with(|| self.is_reported(key, options))
+                })
+                .collect();
+            states.push(ModuleRecords { records, spans, relevant, counters: snap.counters });
+        }
+        let functions = std::mem::take(&mut self.last.functions);
+        self.last.forget();
+        self.last.functions = functions;
+        self.last.modules = states;
+        self.last.written_with = written_with;
+        self.report(options, None)
+    }
+
+    /// Whether the function with `key` has a file in reports (the agent's
+    /// own code, and what `ignore` matches, has none).
+    fn is_reported(&self, key: Key, options: &ReportOptions<'_>) -> bool {
+        self.last.functions.get(&key).is_some_and(|functions| {
+            functions.iter().flat_map(|&i| &self.mapping.functions[i].filenames).any(|&file| {
+                let name = self.mapping.file_name(file);
+                !options.ignore.iter().any(|re| re.is_match(name))
+            })
+        })
+    }
+
+    /// Reads the counters of reported functions from memory and compares
+    /// them with the last dump's; decodes and keeps those that changed.
+    fn changed_since_last(&mut self) -> Result<FxHashSet<Key>> {
+        let mut changed = FxHashSet::default();
+        let mut bytes = Vec::new();
+        for (i, (m, state)) in self.modules.iter().zip(&mut self.last.modules).enumerate() {
+            let Some(_pin) = Pin::new(&m.id, self.ids.first() == Some(&m.id)) else {
+                return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
+            };
+            for (j, span) in state.spans.iter().enumerate() {
+                if !state.relevant[j] {
+                    continue;
+                }
+                // Safety: pinned above; spans were decoded from this module.
+                unsafe { m.read_counters(span.clone(), &mut bytes) };
+                if let Some(base) = &self.baseline[i] {
+                    subtract(&mut bytes, base.get(span.clone()).unwrap_or(&[]));
+                }
+                let Some(last) = state.counters.get_mut(span.clone()) else { continue };
+                if *last != *bytes {
+                    last.copy_from_slice(&bytes);
+                    let record = &mut state.records[j];
+                    record.counters = profile::decode_counters(&m.layout, &bytes, j)?;
+                    changed.insert((record.name_ref, record.hash));
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Merges the records of `changed` functions (all, when `None`) as
+    /// llvm-profdata would, and recomputes the records of the files those
+    /// functions touch.
+    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<FxHashSet<Key>>) -> Result<String> {
         let lcov_options = lcov::Options {
             ignore_filename_regex: options.ignore.to_vec(),
             no_demangle: !options.demangle,
             test_name: options.test_name.map(str::to_owned),
             ..lcov::Options::default()
         };
-        let written_with = Some((lcov_options.test_name.clone(), options.demangle));
-        if self.last.functions.is_empty() {
-            for (i, f) in self.mapping.functions.iter().enumerate() {
-                self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
-            }
-        }
-        let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
-
-        // The functions whose counts changed (all of them, the first time):
-        // compare each relevant record's counter bytes with the last ones,
-        // and decode only the records that differ.
         let last = &mut self.last;
-        let incremental = last.exact && last.written_with == written_with && last.modules.len() == snapshots.len();
-        let changed: Option<FxHashSet<Key>> = if incremental {
-            let mut changed = FxHashSet::default();
-            for ((m, state), snap) in self.modules.iter().zip(&mut last.modules).zip(snapshots) {
-                for (i, span) in state.spans.iter().enumerate() {
-                    if state.relevant[i] && snap.counters.get(span.clone()) != state.counters.get(span.clone()) {
-                        let bytes = snap.counters.get(span.clone()).unwrap_or(&[]);
-                        let record = &mut state.records[i];
-                        record.counters = profile::decode_counters(&m.layout, bytes, i)?;
-                        changed.insert((record.name_ref, record.hash));
-                    }
-                }
-                state.counters = snap.counters;
-            }
-            Some(changed)
-        } else {
-            let mut states = Vec::with_capacity(self.modules.len());
-            let mut relevant_keys: FxHashMap<Key, bool> = FxHashMap::default();
-            for (m, snap) in self.modules.iter().zip(snapshots) {
-                let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
-                let relevant = records
-                    .iter()
-                    .map(|r| {
-                        *relevant_keys.entry((r.name_ref, r.hash)).or_insert_with(|| {
-                            last.functions.get(&(r.name_ref, r.hash)).is_some_and(|fs| {
-                                fs.iter().any(|&i| self.mapping.functions[i].filenames.iter().any(|&f| !ignored(f)))
-                            })
-                        })
-                    })
-                    .collect();
-                states.push(ModuleRecords { records, spans, relevant, counters: snap.counters });
-            }
-            last.modules = states;
-            None
-        };
-        if changed.as_ref().is_some_and(FxHashSet::is_empty) {
-            return Ok(last.report.clone());
-        }
-
-        // Merge what changed (or everything) as llvm-profdata would.
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
         for (m, state) in self.modules.iter().zip(&last.modules) {
@@ -276,12 +311,6 @@ impl Engine {
         }
         let changed_files: Vec<FileName> = match &changed {
             None => {
-                let functions = std::mem::take(&mut last.functions);
-                let modules = std::mem::take(&mut last.modules);
-                last.forget();
-                last.functions = functions;
-                last.modules = modules;
-                last.written_with = written_with;
                 last.exact = counters.warnings().is_empty();
                 for r in last.modules.iter().flat_map(|state| &state.records) {
                     let hashes = last.hashes.entry(r.name_ref).or_default();
@@ -301,7 +330,7 @@ impl Engine {
                         Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
                         _ => last.merged.remove(key),
                     };
-                    for &i in &last.functions[key] {
+                    for &i in last.functions.get(key).into_iter().flatten() {
                         files.extend(self.mapping.functions[i].filenames.iter().copied());
                     }
                 }
@@ -311,6 +340,7 @@ impl Engine {
         self.counters = counters;
 
         // The records of those files, from every function that touches them.
+        let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
         let wanted: FxHashSet<FileName> = changed_files.iter().copied().filter(|&f| !ignored(f)).collect();
         let functions = (0..self.mapping.functions.len())
             .filter(|&i| self.mapping.functions[i].filenames.iter().any(|f| wanted.contains(f)));

@@ -186,6 +186,18 @@ impl Module {
         }
     }
 
+    /// Copies the counters at `span` (a byte range of the counter section)
+    /// into `out`, replacing its contents: a dump that only needs some
+    /// functions' counters reads only those.
+    ///
+    /// Safety: as [`Module::snapshot`]; `span` within the section.
+    pub unsafe fn read_counters(&self, span: std::ops::Range<usize>, out: &mut Vec<u8>) {
+        out.clear();
+        let span = span.start.min(self.counters.1)..span.end.min(self.counters.1);
+        let byte_mode = self.layout.variant.byte_coverage;
+        unsafe { read_live_into(self.counters.0 + span.start, span.len(), byte_mode, out) };
+    }
+
     /// Decodes a snapshot into per-function counters, with each record's
     /// byte range in the snapshot's counters.
     pub fn records_with_spans(&self, snapshot: &Snapshot) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
@@ -210,6 +222,12 @@ impl Module {
 /// where aligned (counters are u64), single bytes otherwise.
 unsafe fn read_live((address, len): (usize, usize), bytes_only: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
+    unsafe { read_live_into(address, len, bytes_only, &mut out) };
+    out
+}
+
+/// As [`read_live`], appending to `out`.
+unsafe fn read_live_into(address: usize, len: usize, bytes_only: bool, out: &mut Vec<u8>) {
     let mut i = 0;
     if !bytes_only && address % 8 == 0 {
         while i + 8 <= len {
@@ -225,7 +243,6 @@ unsafe fn read_live((address, len): (usize, usize), bytes_only: bool) -> Vec<u8>
         out.push(unsafe { (*((address + i) as *const AtomicU8)).load(Ordering::Relaxed) });
         i += 1;
     }
-    out
 }
 
 /// A module's counter section, for zeroing it in a forked child.
