@@ -31,13 +31,20 @@
 //! Missing tools are a panic naming what to install, never a skipped test.
 
 mod builder;
+mod cli;
+pub mod http;
+pub mod lcov;
 mod oracle;
 mod runner;
+pub mod service;
 mod specs;
 mod tools;
+mod wait;
 
+pub use cli::livecov_bin;
 pub use oracle::{merge_profdata, oracle_lcov, profdata_tool};
-pub use tools::{llvm_tool, workspace_root};
+pub use tools::{llvm_tool, run_checked, workspace_root};
+pub use wait::wait_for;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -94,7 +94,7 @@ pub(crate) fn require_profile_runtime(compiler: &Path, package: &str) {
 
 /// Runs `command` and returns its output; panics with `what`, the exit status
 /// and stderr when it cannot start or fails.
-pub(crate) fn run_checked(command: &mut Command, what: &str) -> Output {
+pub fn run_checked(command: &mut Command, what: &str) -> Output {
     let output = command
         .output()
         .unwrap_or_else(|error| panic!("cannot start {what} ({command:?}): {error}"));

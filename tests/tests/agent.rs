@@ -4,236 +4,31 @@
 //! own tools where they can judge.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
+use livecov_tests::http::{parse_response, unix_request};
+use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
+use livecov_tests::service::{plugin, service_bin, Service};
 use livecov_tests::{llvm_tool, workspace_root};
-
-// ---------------------------------------------------------------- building
-
-struct Built {
-    service: PathBuf,
-    plugin: PathBuf,
-}
-
-/// The service with coverage and the agent, and the C plugin it can load.
-fn built() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let root = workspace_root();
-        let out = root.join("target/fixtures/service");
-        std::fs::create_dir_all(&out).expect("create target/fixtures/service");
-        let lock = std::fs::File::create(out.join(".lock")).expect("lock file");
-        lock.lock().expect("lock the service build");
-        let host = String::from_utf8(Command::new("rustc").arg("-vV").output().expect("rustc -vV").stdout)
-            .expect("utf-8")
-            .lines()
-            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-            .expect("host triple");
-        let mut cargo = Command::new("cargo");
-        for (name, _) in std::env::vars() {
-            if (name.starts_with("CARGO") && name != "CARGO_HOME") || name.starts_with("RUSTC") || name == "RUSTFLAGS" {
-                cargo.env_remove(name);
-            }
-        }
-        // With --target, the flags reach the program and its libraries but
-        // not build scripts (which would leave .profraw files behind).
-        let status = cargo
-            .args(["build", "--quiet", "--target", &host])
-            .env("RUSTFLAGS", "-C instrument-coverage")
-            .env("CARGO_TARGET_DIR", &out)
-            .current_dir(root.join("fixtures/service"))
-            .status()
-            .expect("run cargo build for fixtures/service");
-        assert!(status.success(), "building fixtures/service failed");
-        let plugin = out.join("libplugin.so");
-        let status = Command::new("clang-19")
-            .args(["-shared", "-fPIC", "-O0", "-fprofile-instr-generate", "-fcoverage-mapping", "-o"])
-            .arg(&plugin)
-            .arg(root.join("fixtures/service/plugin/plugin.c"))
-            .status()
-            .expect("run clang-19 (install it with tests/scripts/install-deps.sh)");
-        assert!(status.success(), "building the plugin failed");
-        Built { service: out.join(host).join("debug/service"), plugin }
-    })
-}
 
 // ---------------------------------------------------------------- running
 
-struct Service {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-    stdout: BufReader<std::process::ChildStdout>,
+/// The service with the agent, in a scratch folder `target/tmp/agent/<name>-<pid>`.
+fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Service {
+    Service::start("agent", name, args, env)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = workspace_root().join("target/tmp/agent").join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create a scratch folder");
-    dir
-}
-
-impl Service {
-    fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Service {
-        let dir = scratch(name);
-        let mut cmd = Command::new(&built().service);
-        cmd.args(args)
-            .env("LIVECOV_DIR", dir.join("cov"))
-            .env("LIVECOV_DEMANGLE", "0")
-            .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start the service");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the service's first line");
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("service said {line:?}, not `listening on ADDR`"));
-        Service { child, dir, port, stdout }
-    }
-
-    fn cov_dir(&self) -> PathBuf {
-        self.dir.join("cov")
-    }
-
-    fn instance_of(&self, pid: u32) -> String {
-        wait_for(|| {
-            std::fs::read_dir(self.cov_dir().join("sockets")).ok()?.flatten().find_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let instance = name.strip_suffix(".sock")?;
-                instance.starts_with(&format!("rust-{pid}-")).then(|| instance.to_owned())
-            })
-        })
-    }
-
-    fn instance(&self) -> String {
-        self.instance_of(self.child.id())
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.cov_dir().join("sockets").join(format!("{}.sock", self.instance()))
-    }
-
-    /// A request to the service's own API.
-    fn get(&self, path: &str) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the service");
-        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
-        let mut out = String::new();
-        s.read_to_string(&mut out).expect("read");
-        out
-    }
-
-    fn coverage(&self, query: &str) -> String {
-        let r = unix_request(&self.socket(), "GET", &format!("/coverage{query}"), &[]);
-        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
-        String::from_utf8(r.body).expect("LCOV is UTF-8")
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Response {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Response {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP response");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
-    let headers = lines
-        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())))
-        .collect();
-    Response { status, headers, body: raw[split + 4..].to_vec() }
-}
-
-fn unix_request(socket: &Path, method: &str, path: &str, extra_headers: &[&str]) -> Response {
-    let mut s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
-    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
-    for h in extra_headers {
-        request.push_str(h);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    s.write_all(request.as_bytes()).expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    parse_response(&raw)
+fn wait_for<T>(f: impl FnMut() -> Option<T>) -> T {
+    livecov_tests::wait_for("the agent", Duration::from_millis(20), f)
 }
 
 // ---------------------------------------------------------------- LCOV
-
-/// Per file: DA counts by line and FNDA counts by function.
-#[derive(Debug, Default, PartialEq)]
-struct FileCoverage {
-    lines: BTreeMap<u32, u64>,
-    functions: BTreeMap<String, u64>,
-}
-
-fn parse_lcov(lcov: &str) -> BTreeMap<String, FileCoverage> {
-    let mut files = BTreeMap::new();
-    let mut current = String::new();
-    for line in lcov.lines() {
-        if let Some(f) = line.strip_prefix("SF:") {
-            current = f.to_owned();
-            files.entry(current.clone()).or_insert_with(FileCoverage::default);
-        } else if let Some(da) = line.strip_prefix("DA:") {
-            let (l, c) = da.split_once(',').expect("DA:line,count");
-            files.get_mut(&current).expect("SF first").lines.insert(l.parse().expect("line"), c.parse().expect("count"));
-        } else if let Some(fnda) = line.strip_prefix("FNDA:") {
-            let (c, name) = fnda.split_once(',').expect("FNDA:count,name");
-            *files.get_mut(&current).expect("SF first").functions.entry(name.to_owned()).or_default() +=
-                c.parse::<u64>().expect("count");
-        }
-    }
-    files
-}
-
-fn file_ending<'a>(files: &'a BTreeMap<String, FileCoverage>, suffix: &str) -> &'a FileCoverage {
-    files
-        .iter()
-        .find(|(name, _)| name.ends_with(suffix))
-        .map(|(_, f)| f)
-        .unwrap_or_else(|| panic!("no SF: record ending with {suffix} in {:?}", files.keys().collect::<Vec<_>>()))
-}
 
 fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
     let files = parse_lcov(lcov);
@@ -259,7 +54,7 @@ fn llvm_cov_lcov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String 
         .expect("run llvm-profdata");
     assert!(status.success(), "llvm-profdata merge failed");
     let mut cmd = Command::new(llvm_tool("llvm-cov"));
-    cmd.args(["export", "-format=lcov"]).arg(&built().service);
+    cmd.args(["export", "-format=lcov"]).arg(service_bin());
     for o in objects {
         cmd.arg("-object").arg(o);
     }
@@ -281,7 +76,7 @@ fn regex_escape(s: &str) -> String {
 
 #[test]
 fn an_endpoint_is_uncovered_before_its_call_and_covered_after() {
-    let s = Service::start("endpoint", &[], &[]);
+    let s = start("endpoint", &[], &[]);
     let before = s.coverage("");
     assert_eq!(function_count(&before, "handlers.rs", "handlers3fib"), 0);
     // fib's body, but for its early return (line 15) for n > 90.
@@ -308,7 +103,7 @@ fn an_endpoint_is_uncovered_before_its_call_and_covered_after() {
 
 #[test]
 fn profraw_of_a_snapshot_gives_the_same_lcov_through_llvm_cov() {
-    let s = Service::start("profraw", &["--plugin", built().plugin.to_str().expect("utf-8 path")], &[]);
+    let s = start("profraw", &["--plugin", plugin().to_str().expect("utf-8 path")], &[]);
     // A first dump, so that the one compared is computed incrementally
     // (only the records of files whose counts changed are recomputed).
     s.coverage("");
@@ -326,14 +121,14 @@ fn profraw_of_a_snapshot_gives_the_same_lcov_through_llvm_cov() {
     });
     let path = s.dir.join("snapshot.profraw");
     std::fs::write(&path, &profraw).expect("write the snapshot");
-    let expected = llvm_cov_lcov(&[path], &[&built().plugin], &s.dir);
+    let expected = llvm_cov_lcov(&[path], &[plugin()], &s.dir);
     assert_eq!(lcov, expected, "the agent's LCOV differs from llvm-cov over its own profraw");
     assert!(lcov.contains("plugin.c"), "the dlopen'ed plugin is not reported");
 }
 
 #[test]
 fn a_dlopened_shared_object_is_reported() {
-    let s = Service::start("plugin", &["--plugin", built().plugin.to_str().expect("utf-8 path")], &[]);
+    let s = start("plugin", &["--plugin", plugin().to_str().expect("utf-8 path")], &[]);
     assert!(s.get("/plugin?x=3").ends_with("10"));
     let files = parse_lcov(&s.coverage(""));
     let plugin = file_ending(&files, "plugin.c");
@@ -343,7 +138,7 @@ fn a_dlopened_shared_object_is_reported() {
 
 #[test]
 fn reset_and_test_names_give_per_test_reports() {
-    let s = Service::start("pertest", &[], &[]);
+    let s = start("pertest", &[], &[]);
     s.get("/fib?n=5");
     let first = s.coverage("?test=first&reset=1");
     assert!(first.lines().all(|l| !l.starts_with("SF:") || first.contains("TN:first")));
@@ -361,7 +156,7 @@ fn reset_and_test_names_give_per_test_reports() {
 
 #[test]
 fn sigterm_leaves_a_final_report_equal_to_the_last_dump_and_the_signal_status() {
-    let mut s = Service::start("sigterm", &[], &[]);
+    let mut s = start("sigterm", &[], &[]);
     s.get("/primes?limit=50");
     let dump = s.coverage("");
     let instance = s.instance();
@@ -379,7 +174,7 @@ fn sigterm_leaves_a_final_report_equal_to_the_last_dump_and_the_signal_status() 
 
 #[test]
 fn sigkill_leaves_the_last_periodic_report() {
-    let mut s = Service::start("sigkill", &[], &[("LIVECOV_FLUSH_SECS", "0.2")]);
+    let mut s = start("sigkill", &[], &[("LIVECOV_FLUSH_SECS", "0.2")]);
     let instance = s.instance();
     s.get("/echo-not-found");
     s.get("/fib?n=3");
@@ -396,7 +191,7 @@ fn sigkill_leaves_the_last_periodic_report() {
 
 #[test]
 fn prefork_workers_are_instances_that_sum_to_the_exit_profiles() {
-    let mut s = Service::start("prefork", &["--prefork", "3"], &[]);
+    let mut s = start("prefork", &["--prefork", "3"], &[]);
     let mut line = String::new();
     s.stdout.read_line(&mut line).expect("workers line");
     let workers: Vec<u32> = line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
@@ -454,7 +249,7 @@ fn prefork_workers_are_instances_that_sum_to_the_exit_profiles() {
 
 #[test]
 fn the_socket_is_private_and_every_response_names_the_instance() {
-    let s = Service::start("socket", &[], &[]);
+    let s = start("socket", &[], &[]);
     let socket = s.socket();
     let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -471,7 +266,7 @@ fn the_socket_is_private_and_every_response_names_the_instance() {
 
 #[test]
 fn bad_clients_and_concurrent_dumps_do_not_hurt_the_service() {
-    let s = Service::start("abuse", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
+    let s = start("abuse", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
     let socket = s.socket();
     // Garbage, a 1 MiB header, and a client that never finishes.
     let mut garbage = UnixStream::connect(&socket).expect("connect");

@@ -3,33 +3,15 @@
 //! (fixtures/service) running with the agent, on its Unix socket and on TCP
 //! with a token; and against targets that are not there.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use livecov_tests::workspace_root;
+use livecov_tests::lcov::lines_hit;
+use livecov_tests::service::{scratch, Service};
+use livecov_tests::livecov_bin;
 
 // ---------------------------------------------------------------- the binaries
-
-/// The `livecov` binary of this workspace, built once per test process.
-fn livecov_bin() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = workspace_root();
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the livecov binary");
-        assert!(status.success(), "cargo build -p livecov-cli failed");
-        root.join("target/debug/livecov")
-    })
-}
 
 /// Runs `livecov ARGS` with `stdin`; no token from the environment.
 fn livecov(args: &[&str], stdin: &[u8]) -> Output {
@@ -67,143 +49,19 @@ fn fails(args: &[&str]) -> String {
     stderr
 }
 
-// The fixture service, as tests/tests/agent.rs builds and starts it.
+// The fixture service with the agent, in `target/tmp/cli/<name>-<pid>`.
 
-struct Built {
-    service: PathBuf,
+fn start(name: &str, env: &[(&str, &str)]) -> Service {
+    Service::start("cli", name, &[], env)
 }
 
-/// The service with coverage and the agent.
-fn built() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let root = workspace_root();
-        let out = root.join("target/fixtures/service");
-        std::fs::create_dir_all(&out).expect("create target/fixtures/service");
-        let lock = std::fs::File::create(out.join(".lock")).expect("lock file");
-        lock.lock().expect("lock the service build");
-        let host = String::from_utf8(Command::new("rustc").arg("-vV").output().expect("rustc -vV").stdout)
-            .expect("utf-8")
-            .lines()
-            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-            .expect("host triple");
-        let mut cargo = Command::new("cargo");
-        for (name, _) in std::env::vars() {
-            if (name.starts_with("CARGO") && name != "CARGO_HOME") || name.starts_with("RUSTC") || name == "RUSTFLAGS" {
-                cargo.env_remove(name);
-            }
-        }
-        let status = cargo
-            .args(["build", "--quiet", "--target", &host])
-            .env("RUSTFLAGS", "-C instrument-coverage")
-            .env("CARGO_TARGET_DIR", &out)
-            .current_dir(root.join("fixtures/service"))
-            .status()
-            .expect("run cargo build for fixtures/service");
-        assert!(status.success(), "building fixtures/service failed");
-        Built { service: out.join(host).join("debug/service") }
-    })
+/// The agent's socket, as livecov takes it.
+fn socket_arg(s: &Service) -> String {
+    s.socket().to_str().expect("a UTF-8 path").to_owned()
 }
 
-struct Service {
-    child: Child,
-    dir: PathBuf,
-    port: u16,
-    _stdout: BufReader<std::process::ChildStdout>,
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = workspace_root().join("target/tmp/cli").join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create a scratch folder");
-    dir
-}
-
-impl Service {
-    fn start(name: &str, env: &[(&str, &str)]) -> Service {
-        let dir = scratch(name);
-        let mut cmd = Command::new(&built().service);
-        cmd.env("LIVECOV_DIR", dir.join("cov"))
-            .env("LIVECOV_DEMANGLE", "0")
-            .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("start the service");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the service's first line");
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("service said {line:?}, not `listening on ADDR`"));
-        Service { child, dir, port, _stdout: stdout }
-    }
-
-    fn cov_dir(&self) -> PathBuf {
-        self.dir.join("cov")
-    }
-
-    fn instance(&self) -> String {
-        let pid = self.child.id();
-        wait_for(|| {
-            std::fs::read_dir(self.cov_dir().join("sockets")).ok()?.flatten().find_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let instance = name.strip_suffix(".sock")?;
-                instance.starts_with(&format!("rust-{pid}-")).then(|| instance.to_owned())
-            })
-        })
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.cov_dir().join("sockets").join(format!("{}.sock", self.instance()))
-    }
-
-    fn socket_arg(&self) -> String {
-        self.socket().to_str().expect("a UTF-8 path").to_owned()
-    }
-
-    /// A request to the service's own API.
-    fn get(&self, path: &str) -> String {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to the service");
-        write!(s, "GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
-        let mut out = String::new();
-        s.read_to_string(&mut out).expect("read");
-        out
-    }
-
-    /// GET /coverage straight from the socket, without livecov.
-    fn coverage(&self) -> String {
-        let mut s = UnixStream::connect(self.socket()).expect("connect to the agent");
-        write!(s, "GET /coverage HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").expect("send");
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).expect("read");
-        let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP response");
-        assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
-        String::from_utf8(raw[split + 4..].to_vec()).expect("LCOV is UTF-8")
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn wait_for<T>(f: impl FnMut() -> Option<T>) -> T {
+    livecov_tests::wait_for("the agent", Duration::from_millis(20), f)
 }
 
 // ---------------------------------------------------------------- LCOV
@@ -226,31 +84,13 @@ fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
     total.unwrap_or_else(|| panic!("no function {function} in {suffix}"))
 }
 
-/// Lines with a count > 0, per file.
-fn lines_hit(lcov: &str) -> BTreeMap<String, Vec<u32>> {
-    let mut files: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    let mut file = String::new();
-    for line in lcov.lines() {
-        if let Some(f) = line.strip_prefix("SF:") {
-            file = f.to_owned();
-            files.entry(file.clone()).or_default();
-        } else if let Some(da) = line.strip_prefix("DA:") {
-            let (l, c) = da.split_once(',').expect("DA:line,count");
-            if c != "0" {
-                files.get_mut(&file).expect("SF first").push(l.parse().expect("line"));
-            }
-        }
-    }
-    files
-}
-
 const FIB: &str = "handlers3fib";
 
 // ---------------------------------------------------------------- merge
 
 #[test]
 fn merge_reads_files_and_stdin_and_writes_atomically() {
-    let dir = scratch("merge");
+    let dir = scratch("cli", "merge");
     let a = dir.join("a.lcov");
     let b = dir.join("b.lcov");
     std::fs::write(&a, "TN:t\nSF:/s/x.rs\nFN:1,f\nFNDA:2,f\nDA:1,2\nDA:2,0\nend_of_record\n").unwrap();
@@ -285,7 +125,7 @@ TN:t\nSF:/s/x.rs\nFN:1,f\nFNDA:5,f\nFNF:1\nFNH:1\nDA:1,12\nDA:2,1\nBRDA:1,0,0,-\
 
 #[test]
 fn merge_errors_name_the_file_and_line_and_write_nothing() {
-    let dir = scratch("merge-errors");
+    let dir = scratch("cli", "merge-errors");
     let good = dir.join("good.lcov");
     let bad = dir.join("bad.lcov");
     std::fs::write(&good, "SF:a\nDA:1,1\nend_of_record\n").unwrap();
@@ -311,10 +151,10 @@ fn merge_of_a_missing_file_or_no_file_says_so() {
 
 #[test]
 fn dump_writes_what_the_agent_serves_and_names_the_instance() {
-    let s = Service::start("dump", &[]);
+    let s = start("dump", &[]);
     assert!(s.get("/fib?n=10").ends_with("55"));
-    let direct = s.coverage();
-    for target in [s.socket_arg(), format!("unix:{}", s.socket_arg())] {
+    let direct = s.coverage("");
+    for target in [socket_arg(&s), format!("unix:{}", socket_arg(&s))] {
         let out = ok(&["dump", &target]);
         assert_eq!(String::from_utf8(out.stdout).unwrap(), direct, "livecov dump {target}");
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -324,33 +164,33 @@ fn dump_writes_what_the_agent_serves_and_names_the_instance() {
 
     // Named, to a file.
     let file = s.dir.join("named.lcov");
-    ok(&["dump", &s.socket_arg(), "--test", "checkout flow", "-o", file.to_str().unwrap()]);
+    ok(&["dump", &socket_arg(&s), "--test", "checkout flow", "-o", file.to_str().unwrap()]);
     let named = std::fs::read_to_string(&file).unwrap();
     assert!(named.starts_with("TN:checkout flow\nSF:"), "{}", &named[..named.len().min(80)]);
     assert_eq!(named.replace("TN:checkout flow\n", ""), direct);
 
     // JSON and a raw profile.
-    let json = ok(&["dump", &s.socket_arg(), "--format", "json"]).stdout;
+    let json = ok(&["dump", &socket_arg(&s), "--format", "json"]).stdout;
     let json = String::from_utf8(json).unwrap();
     assert!(json.trim_start().starts_with('{') && json.contains("handlers.rs"), "{json}");
     let profraw = s.dir.join("snapshot.profraw");
-    ok(&["dump", &s.socket_arg(), "--format", "profraw", "-o", profraw.to_str().unwrap()]);
+    ok(&["dump", &socket_arg(&s), "--format", "profraw", "-o", profraw.to_str().unwrap()]);
     let bytes = std::fs::read(&profraw).unwrap();
     assert_eq!(bytes[..8], 0xff6c_7072_6f66_7281u64.to_le_bytes(), "not a raw profile");
 }
 
 #[test]
 fn dump_reset_and_reset_give_per_test_reports_that_merge() {
-    let s = Service::start("reset", &[]);
+    let s = start("reset", &[]);
     let dir = &s.dir;
     let (first, second, all) = (dir.join("first.lcov"), dir.join("second.lcov"), dir.join("all.lcov"));
     for n in [5, 6, 7] {
         s.get(&format!("/fib?n={n}"));
     }
-    ok(&["dump", &s.socket_arg(), "--test", "first", "--reset", "-o", first.to_str().unwrap()]);
+    ok(&["dump", &socket_arg(&s), "--test", "first", "--reset", "-o", first.to_str().unwrap()]);
     s.get("/fib?n=8");
     s.get("/hello?name=x");
-    ok(&["dump", &s.socket_arg(), "-o", second.to_str().unwrap()]);
+    ok(&["dump", &socket_arg(&s), "-o", second.to_str().unwrap()]);
     let (first_text, second_text) = (std::fs::read_to_string(&first).unwrap(), std::fs::read_to_string(&second).unwrap());
     assert_eq!(function_count(&first_text, "handlers.rs", FIB), 3);
     assert_eq!(function_count(&second_text, "handlers.rs", FIB), 1, "the counters were not reset");
@@ -374,14 +214,14 @@ fn dump_reset_and_reset_give_per_test_reports_that_merge() {
     assert!(per_test.starts_with("SF:") && per_test.contains("\nTN:first\nSF:"), "unnamed records first, then TN:first");
 
     // livecov reset: nothing since.
-    let out = ok(&["reset", &format!("unix:{}", s.socket_arg())]);
+    let out = ok(&["reset", &format!("unix:{}", socket_arg(&s))]);
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("reset instance {}", s.instance())));
-    assert_eq!(function_count(&s.coverage(), "handlers.rs", "handlers5hello"), 0);
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", "handlers5hello"), 0);
 }
 
 #[test]
 fn tcp_targets_need_the_token() {
-    let s = Service::start("tcp", &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
+    let s = start("tcp", &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
     let meta = wait_for(|| {
         let m = std::fs::read_to_string(s.cov_dir().join("reports").join(format!("{}.json", s.instance()))).ok()?;
         m.contains("\"tcp\":\"").then_some(m)
@@ -404,12 +244,12 @@ fn tcp_targets_need_the_token() {
     // The token from the environment, as the agent takes it.
     let out = Command::new(livecov_bin()).args(["reset", &url]).env("LIVECOV_TOKEN", "s3cret").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(function_count(&s.coverage(), "handlers.rs", FIB), 0);
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", FIB), 0);
 }
 
 #[test]
 fn dead_and_wrong_targets_fail_clearly() {
-    let dir = scratch("dead");
+    let dir = scratch("cli", "dead");
     // A socket file whose process is gone: nobody listens.
     let dead = dir.join("rust-1-dead.sock");
     drop(std::os::unix::net::UnixListener::bind(&dead).expect("bind"));
@@ -441,11 +281,11 @@ fn dead_and_wrong_targets_fail_clearly() {
 
 #[test]
 fn a_reset_is_not_done_when_the_output_cannot_be_written() {
-    let s = Service::start("no-output", &[]);
+    let s = start("no-output", &[]);
     s.get("/fib?n=4");
-    let stderr = fails(&["dump", &s.socket_arg(), "--reset", "-o", "/nonexistent/dir/out.lcov"]);
+    let stderr = fails(&["dump", &socket_arg(&s), "--reset", "-o", "/nonexistent/dir/out.lcov"]);
     assert!(stderr.contains("cannot create"), "{stderr}");
-    assert_eq!(function_count(&s.coverage(), "handlers.rs", FIB), 1, "the counters were reset");
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", FIB), 1, "the counters were reset");
 }
 
 #[test]

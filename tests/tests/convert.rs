@@ -3,26 +3,9 @@
 //! run and every flag, with mangled names, and identical after demangling
 //! both sides by default.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
-use livecov_tests::{fixture, workspace_root, Fixture, Run};
-
-/// The `livecov` binary of this workspace, built once per test process.
-fn livecov() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = workspace_root();
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the livecov binary");
-        assert!(status.success(), "cargo build -p livecov-cli failed");
-        root.join("target/debug/livecov")
-    })
-}
+use livecov_tests::{fixture, livecov_bin, Fixture, Run};
 
 /// Pairs of (livecov flags, llvm-cov flags) that must give the same output.
 const FLAG_SETS: &[(&[&str], &[&str])] = &[
@@ -34,7 +17,7 @@ const FLAG_SETS: &[(&[&str], &[&str])] = &[
 ];
 
 fn convert(f: &Fixture, run: &Run, flags: &[&str]) -> String {
-    let mut cmd = Command::new(livecov());
+    let mut cmd = Command::new(livecov_bin());
     cmd.arg("convert").arg("--binary").arg(&f.binary);
     for o in &f.objects {
         cmd.arg("--object").arg(o);
@@ -138,7 +121,7 @@ fn a_profile_of_another_build_is_refused_naming_both_build_ids() {
     // sources: both carry GNU build ids, and they differ.
     let theirs = fixture("c-clang19");
     let ours = fixture("c-clang14");
-    let out = Command::new(livecov())
+    let out = Command::new(livecov_bin())
         .arg("convert")
         .arg("--binary")
         .arg(&ours.binary)

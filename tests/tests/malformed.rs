@@ -35,7 +35,7 @@ use livecov::lcov;
 use livecov::mapping::CoverageMapping;
 use livecov::profile::{decode_names, name_ref, read_raw_profiles, Counters};
 use livecov::{Endian, Error};
-use livecov_tests::{fixture, fixtures, workspace_root, Fixture};
+use livecov_tests::{fixture, fixtures, livecov_bin, workspace_root, Fixture};
 use object::{Object, ObjectSection};
 
 /// Longest one mutant may take (reading it and, if it reads, the whole
@@ -634,6 +634,29 @@ fn truncated_binaries_never_panic() {
     });
 }
 
+/// The three coverage sections of `binary`, section `s` mutated, given to
+/// [`check_sections`] together.
+fn section_case(binary: &'static Binary, s: usize, mutation: &Mutation) -> Case {
+    let mut parts: Vec<Vec<u8>> = SECTIONS
+        .iter()
+        .map(|name| binary.section(name).to_vec())
+        .collect();
+    mutation.apply(&mut parts[s]);
+    let lens = [parts[0].len(), parts[1].len()];
+    Case::new(
+        format!(
+            "{} {} {mutation:?} (input: covmap, covfun, names of {}, {} and {} bytes)",
+            binary.name,
+            SECTIONS[s],
+            lens[0],
+            lens[1],
+            parts[2].len()
+        ),
+        parts.concat(),
+        move |input| check_sections(binary, input, lens),
+    )
+}
+
 #[test]
 fn mutated_coverage_sections_never_panic() {
     let all = binaries();
@@ -661,25 +684,7 @@ fn mutated_coverage_sections_never_panic() {
     }
     run_cases("mutated coverage sections", cases.len(), move |i| {
         let (b, s, ref mutation) = cases[i];
-        let binary = &all[b];
-        let mut parts: Vec<Vec<u8>> = SECTIONS
-            .iter()
-            .map(|name| binary.section(name).to_vec())
-            .collect();
-        mutation.apply(&mut parts[s]);
-        let lens = [parts[0].len(), parts[1].len()];
-        Case::new(
-            format!(
-                "{} {} {mutation:?} (input: covmap, covfun, names of {}, {} and {} bytes)",
-                binary.name,
-                SECTIONS[s],
-                lens[0],
-                lens[1],
-                parts[2].len()
-            ),
-            parts.concat(),
-            move |input| check_sections(binary, input, lens),
-        )
+        section_case(&all[b], s, mutation)
     });
 }
 
@@ -758,25 +763,7 @@ fn extreme_section_fields_never_panic() {
     }
     run_cases("extreme section fields", cases.len(), move |i| {
         let (b, s, ref mutation) = cases[i];
-        let binary = &all[b];
-        let mut parts: Vec<Vec<u8>> = SECTIONS
-            .iter()
-            .map(|name| binary.section(name).to_vec())
-            .collect();
-        mutation.apply(&mut parts[s]);
-        let lens = [parts[0].len(), parts[1].len()];
-        Case::new(
-            format!(
-                "{} {} {mutation:?} (input: covmap, covfun, names of {}, {} and {} bytes)",
-                binary.name,
-                SECTIONS[s],
-                lens[0],
-                lens[1],
-                parts[2].len()
-            ),
-            parts.concat(),
-            move |input| check_sections(binary, input, lens),
-        )
+        section_case(&all[b], s, mutation)
     });
 }
 
@@ -1033,21 +1020,6 @@ fn files_of_the_wrong_kind_give_clear_errors() {
 
 // ---------------------------------------------------------------------------
 // The `livecov convert` command
-
-/// The `livecov` binary of this workspace, built once per test process.
-fn livecov_bin() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = workspace_root();
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the livecov binary");
-        assert!(status.success(), "cargo build -p livecov-cli failed");
-        root.join("target/debug/livecov")
-    })
-}
 
 /// This process's folder for files the tests write,
 /// `target/malformed-tests/<pid>`; those of finished processes are removed.

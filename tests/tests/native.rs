@@ -8,14 +8,16 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use livecov_tests::{llvm_tool, profdata_tool, workspace_root, Toolchain};
+use livecov_tests::http::unix_request;
+use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
+use livecov_tests::service::find_instance;
+use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
 
 /// What liblivecov.a needs from the system (`rustc --print native-static-libs`).
 const NATIVE_STATIC_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
@@ -32,18 +34,6 @@ fn lock_dir(dir: &Path) -> std::fs::File {
     let lock = std::fs::File::create(dir.join(".lock")).expect("lock file");
     lock.lock().expect("lock");
     lock
-}
-
-fn run_checked(command: &mut Command, what: &str) -> Output {
-    let output = command.output().unwrap_or_else(|e| panic!("cannot start {what} ({command:?}): {e}"));
-    assert!(
-        output.status.success(),
-        "{what} failed ({}): {command:?}\n--- stderr ---\n{}\n--- stdout ---\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr),
-        String::from_utf8_lossy(&output.stdout)
-    );
-    output
 }
 
 /// The shim as users build it: `cargo build -p livecov-native --profile
@@ -211,26 +201,13 @@ fn command(program: &Path, dir: &Path) -> Command {
     c
 }
 
-fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    livecov_tests::wait_for(what, Duration::from_millis(10), f)
 }
 
 /// The instance of process `pid` in `cov`, once its socket exists.
 fn instance_of(cov: &Path, pid: u32) -> String {
-    wait_for(&format!("the socket of process {pid}"), || {
-        std::fs::read_dir(cov.join("sockets")).ok()?.flatten().find_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let instance = name.strip_suffix(".sock")?;
-            instance.starts_with(&format!("native-{pid}-")).then(|| instance.to_owned())
-        })
-    })
+    wait_for(&format!("the socket of process {pid}"), || find_instance(cov, "native", pid))
 }
 
 /// `app --serve` under LD_PRELOAD, driven line by line through stdin.
@@ -318,14 +295,8 @@ impl Drop for Served {
 }
 
 fn unix_get(socket: &Path, path: &str) -> (u16, Vec<u8>) {
-    let mut s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
-    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a complete HTTP response");
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("a status");
-    (status, raw[split + 4..].to_vec())
+    let r = unix_request(socket, "GET", path, &[]);
+    (r.status, r.body)
 }
 
 // ---------------------------------------------------------------- LCOV
@@ -350,39 +321,10 @@ fn llvm_cov(toolchain: Toolchain, binary: &Path, objects: &[&Path], profraws: &[
     String::from_utf8(run_checked(&mut cmd, "llvm-cov export").stdout).expect("UTF-8 LCOV")
 }
 
-/// Per file: DA counts by line and FNDA counts by function.
-#[derive(Debug, Default, PartialEq)]
-struct FileCoverage {
-    lines: BTreeMap<u32, u64>,
-    functions: BTreeMap<String, u64>,
-}
-
-fn parse_lcov(lcov: &str) -> BTreeMap<String, FileCoverage> {
-    let mut files = BTreeMap::new();
-    let mut current = String::new();
-    for line in lcov.lines() {
-        if let Some(f) = line.strip_prefix("SF:") {
-            current = f.to_owned();
-            files.entry(current.clone()).or_insert_with(FileCoverage::default);
-        } else if let Some(da) = line.strip_prefix("DA:") {
-            let (l, c) = da.split_once(',').expect("DA:line,count");
-            files.get_mut(&current).expect("SF first").lines.insert(l.parse().expect("line"), c.parse().expect("count"));
-        } else if let Some(fnda) = line.strip_prefix("FNDA:") {
-            let (c, name) = fnda.split_once(',').expect("FNDA:count,name");
-            *files.get_mut(&current).expect("SF first").functions.entry(name.to_owned()).or_default() +=
-                c.parse::<u64>().expect("count");
-        }
-    }
-    files
-}
-
 /// The count of `function` in the file ending with `suffix`.
 fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
     let files = parse_lcov(lcov);
-    let (_, file) = files
-        .iter()
-        .find(|(name, _)| name.ends_with(suffix))
-        .unwrap_or_else(|| panic!("no SF: ending with {suffix} in {:?}", files.keys().collect::<Vec<_>>()));
+    let file = file_ending(&files, suffix);
     *file
         .functions
         .get(function)

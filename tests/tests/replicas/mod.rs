@@ -13,11 +13,15 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use livecov_tests::workspace_root;
+pub use livecov_tests::http::Response;
+use livecov_tests::http::exchange;
+pub use livecov_tests::livecov_bin;
+use livecov_tests::service::{find_instance, service_bin, Service};
+pub use livecov_tests::service::scratch;
 
 /// The name the DNS server answers for the replicas.
 pub const NAME: &str = "replicas.livecov.test";
@@ -25,21 +29,6 @@ pub const NAME: &str = "replicas.livecov.test";
 pub const SRV: &str = "_coverage._tcp.replicas.livecov.test";
 
 // ---------------------------------------------------------------- binaries
-
-/// The `livecov` binary of this workspace, built once per test process.
-pub fn livecov_bin() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let root = workspace_root();
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "livecov-cli", "--bin", "livecov"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build for the livecov binary");
-        assert!(status.success(), "cargo build -p livecov-cli failed");
-        root.join("target/debug/livecov")
-    })
-}
 
 /// `livecov ARGS`, without tokens from the environment.
 pub fn livecov(args: &[&str]) -> Output {
@@ -54,54 +43,8 @@ pub fn livecov(args: &[&str]) -> Output {
         .expect("run livecov")
 }
 
-/// The fixture service with coverage and the agent (as tests/tests/agent.rs builds it).
-pub fn service_bin() -> &'static PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let root = workspace_root();
-        let out = root.join("target/fixtures/service");
-        std::fs::create_dir_all(&out).expect("create target/fixtures/service");
-        let lock = std::fs::File::create(out.join(".lock")).expect("lock file");
-        lock.lock().expect("lock the service build");
-        let host = String::from_utf8(Command::new("rustc").arg("-vV").output().expect("rustc -vV").stdout)
-            .expect("utf-8")
-            .lines()
-            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
-            .expect("host triple");
-        let mut cargo = Command::new("cargo");
-        for (name, _) in std::env::vars() {
-            if (name.starts_with("CARGO") && name != "CARGO_HOME") || name.starts_with("RUSTC") || name == "RUSTFLAGS" {
-                cargo.env_remove(name);
-            }
-        }
-        let status = cargo
-            .args(["build", "--quiet", "--target", &host])
-            .env("RUSTFLAGS", "-C instrument-coverage")
-            .env("CARGO_TARGET_DIR", &out)
-            .current_dir(root.join("fixtures/service"))
-            .status()
-            .expect("run cargo build for fixtures/service");
-        assert!(status.success(), "building fixtures/service failed");
-        out.join(host).join("debug/service")
-    })
-}
-
-pub fn scratch(group: &str, name: &str) -> PathBuf {
-    let dir = workspace_root().join("target/tmp").join(group).join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create a scratch folder");
-    dir
-}
-
-pub fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    livecov_tests::wait_for(what, Duration::from_millis(50), f)
 }
 
 /// A TCP port free on 127.0.0.1 now (and, in practice, on 127.0.0.N).
@@ -123,81 +66,19 @@ fn free_dns_port() -> u16 {
 
 // ---------------------------------------------------------------- HTTP
 
-pub struct Response {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).expect("a UTF-8 body")
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
-    }
-}
-
-fn parse_response(raw: &[u8]) -> Response {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("not a complete HTTP response: {:?}", String::from_utf8_lossy(raw)));
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut lines = head.lines();
-    let status = lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).expect("status");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':').map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned())))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked")) {
-        body = dechunk(&body);
-    }
-    Response { status, headers, body }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..eol]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
-        b = &b[eol + 2 + size + 2..];
-    }
-    out
-}
-
-fn exchange(mut s: impl Read + Write, method: &str, path: &str, headers: &[String]) -> Response {
-    let mut request = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 0\r\n");
-    for h in headers {
-        request.push_str(h);
-        request.push_str("\r\n");
-    }
-    request.push_str("\r\n");
-    s.write_all(request.as_bytes()).expect("send");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    parse_response(&raw)
-}
-
 pub fn tcp_request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>) -> Response {
     let s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-    let headers: Vec<String> = token.map(|t| format!("authorization: Bearer {t}")).into_iter().collect();
-    exchange(s, method, path, &headers)
+    match token {
+        Some(t) => exchange(s, method, path, &["content-length: 0", &format!("authorization: Bearer {t}")]),
+        None => exchange(s, method, path, &["content-length: 0"]),
+    }
 }
 
 pub fn unix_request(socket: &Path, method: &str, path: &str) -> Response {
     let s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
     s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-    exchange(s, method, path, &[])
+    exchange(s, method, path, &["content-length: 0"])
 }
 
 // ---------------------------------------------------------------- replicas
@@ -205,13 +86,9 @@ pub fn unix_request(socket: &Path, method: &str, path: &str) -> Response {
 /// The fixture service with the agent: its own API on `--addr`, the
 /// agent's on `LIVECOV_LISTEN` (TCP, with a token) and on its socket.
 pub struct Replica {
-    pub child: Child,
+    /// The process; its `cov` is `LIVECOV_DIR`, its `port` the service's own (traffic).
+    pub service: Service,
     pub ip: String,
-    /// The service's own port (traffic).
-    pub port: u16,
-    /// `LIVECOV_DIR`.
-    pub cov: PathBuf,
-    _stdout: BufReader<std::process::ChildStdout>,
 }
 
 impl Replica {
@@ -224,9 +101,7 @@ impl Replica {
             .env("LIVECOV_DEMANGLE", "0")
             .env_remove("LIVECOV_TOKEN")
             .env_remove("LIVECOV_LISTEN")
-            .env("LLVM_PROFILE_FILE", cov.with_file_name(format!("exit-{ip}-%p.profraw")))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .env("LLVM_PROFILE_FILE", cov.with_file_name(format!("exit-{ip}-%p.profraw")));
         if let Some(port) = agent_port {
             cmd.env("LIVECOV_LISTEN", format!("{ip}:{port}"));
         }
@@ -236,41 +111,25 @@ impl Replica {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("start the service");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the service's first line");
-        let port = line
-            .trim()
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("service said {line:?}, not `listening on ADDR`"));
-        Replica { child, ip: ip.to_owned(), port, cov: cov.to_owned(), _stdout: stdout }
+        Replica { service: Service::spawn(cmd, cov.to_owned()), ip: ip.to_owned() }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.service.child.id()
     }
 
     pub fn instance(&self) -> String {
         let pid = self.pid();
-        wait_for("the agent's socket", || {
-            std::fs::read_dir(self.cov.join("sockets")).ok()?.flatten().find_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let instance = name.strip_suffix(".sock")?;
-                instance.starts_with(&format!("rust-{pid}-")).then(|| instance.to_owned())
-            })
-        })
+        wait_for("the agent's socket", || find_instance(&self.service.cov, "rust", pid))
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.cov.join("sockets").join(format!("{}.sock", self.instance()))
+        self.service.cov.join("sockets").join(format!("{}.sock", self.instance()))
     }
 
     /// A request to the service itself (traffic).
     pub fn get(&self, path: &str) -> String {
-        let addr: SocketAddr = format!("{}:{}", self.ip, self.port).parse().expect("address");
+        let addr: SocketAddr = format!("{}:{}", self.ip, self.service.port).parse().expect("address");
         let r = tcp_request(addr, "GET", path, None);
         assert_eq!(r.status, 200, "GET {path} on the service: {}", String::from_utf8_lossy(&r.body));
         r.text()
@@ -284,25 +143,18 @@ impl Replica {
     }
 
     pub fn report(&self, instance: &str) -> PathBuf {
-        self.cov.join("reports").join(format!("{instance}.lcov"))
+        self.service.cov.join("reports").join(format!("{instance}.lcov"))
     }
 
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.service.kill();
     }
 
     /// `GET /quit`: the service exits 0 and its agent writes the final report.
     pub fn quit(&mut self) {
         let _ = self.get("/quit");
-        let status = self.child.wait().expect("wait for the service");
+        let status = self.service.child.wait().expect("wait for the service");
         assert!(status.success(), "the service exited with {status}");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -684,21 +536,9 @@ pub fn function_count(lcov: &str, function: &str) -> u64 {
         .sum()
 }
 
-/// Lines with a count > 0, per file.
+/// Lines with a count > 0, per file (only files with some).
 pub fn lines_hit(lcov: &str) -> BTreeMap<String, Vec<u32>> {
-    let mut files: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    let mut file = String::new();
-    for line in lcov.lines() {
-        if let Some(f) = line.strip_prefix("SF:") {
-            file = f.to_owned();
-        } else if let Some(da) = line.strip_prefix("DA:") {
-            let (l, c) = da.split_once(',').expect("DA:line,count");
-            if c != "0" {
-                files.entry(file.clone()).or_default().push(l.parse().expect("line"));
-            }
-        }
-    }
-    files
+    livecov_tests::lcov::lines_hit(lcov).into_iter().filter(|(_, lines)| !lines.is_empty()).collect()
 }
 
 /// The test names of the records (`TN:` lines).
