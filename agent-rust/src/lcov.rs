@@ -146,12 +146,15 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
     }
     let _ = writeln!(out, "SF:{}", coverage.mapping.file_name(file));
     if !options.summary_only && !options.skip_functions {
-        for f in coverage.functions_in(file) {
+        // Each name is demangled once, for both of its records.
+        let functions: Vec<_> =
+            coverage.functions_in(file).map(|f| (f, display_name(&f.name, options.no_demangle))).collect();
+        for (f, name) in &functions {
             let line = f.regions.first().map_or(0, |r| r.region.line_start);
-            let _ = writeln!(out, "FN:{line},{}", display_name(&f.name, options.no_demangle));
+            let _ = writeln!(out, "FN:{line},{name}");
         }
-        for f in coverage.functions_in(file) {
-            let _ = writeln!(out, "FNDA:{},{}", f.execution_count, display_name(&f.name, options.no_demangle));
+        for (f, name) in &functions {
+            let _ = writeln!(out, "FNDA:{},{name}", f.execution_count);
         }
     }
 
