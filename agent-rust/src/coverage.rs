@@ -121,67 +121,48 @@ impl<'m> Coverage<'m> {
         counters: &dyn CounterSource,
         indices: impl Iterator<Item = usize>,
     ) -> Self {
-        let mut coverage = Coverage::empty(mapping);
-        let mut provenance = FxHashSet::default();
-        for i in indices.filter(|&i| i < mapping.functions.len()) {
-            let loaded = load(mapping, counters, i);
-            coverage.accept(&mut provenance, i, loaded);
-        }
-        coverage
-    }
-
-    /// As [`Coverage::new`], evaluating the functions' regions on
-    /// `threads` threads (the loading order and rules stay the same).
-    pub fn new_with_threads(mapping: &'m CoverageMapping, counters: &(dyn CounterSource + Sync), threads: usize) -> Self {
-        let n = mapping.functions.len();
-        if threads <= 1 || n < 1024 {
-            return Self::new(mapping, counters);
-        }
-        let chunk = n.div_ceil(threads);
-        let loaded: Vec<Vec<Loaded>> = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|t| scope.spawn(move || (t * chunk..n.min((t + 1) * chunk)).map(|i| load(mapping, counters, i)).collect()))
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-                .collect()
-        });
-        let mut coverage = Coverage::empty(mapping);
-        let mut provenance = FxHashSet::default();
-        for (i, loaded) in loaded.into_iter().flatten().enumerate() {
-            coverage.accept(&mut provenance, i, loaded);
-        }
-        coverage
-    }
-
-    fn empty(mapping: &'m CoverageMapping) -> Self {
-        Coverage { mapping, functions: Vec::new(), mismatched: Vec::new(), by_file: FxHashMap::default() }
-    }
-
-    /// Adds mapping function `i` as loaded, unless a function with the same
-    /// files and name came first (a duplicate from another object).
-    fn accept(&mut self, provenance: &mut FxHashSet<(&'m [FileName], &'m str)>, i: usize, loaded: Loaded) {
-        let f = &self.mapping.functions[i];
-        let record = match loaded {
-            Loaded::Mismatch => {
-                self.mismatched.push((f.name.clone(), f.hash));
-                return;
-            }
-            Loaded::Skipped => return,
-            Loaded::Record(record) => record,
+        let mut coverage = Coverage {
+            mapping,
+            functions: Vec::new(),
+            mismatched: Vec::new(),
+            by_file: FxHashMap::default(),
         };
-        if !provenance.insert((&f.filenames, f.name_without_prefix(self.mapping))) {
-            return;
-        }
-        let index = self.functions.len();
-        for &file in &record.filenames {
-            let indices = self.by_file.entry(file).or_default();
-            if indices.last() != Some(&index) {
-                indices.push(index);
+        // (files, name) pairs already loaded: a later record of the same
+        // function from another object is a duplicate.
+        let mut provenance: FxHashSet<(&[FileName], &str)> = FxHashSet::default();
+        for f in indices.filter_map(|i| mapping.functions.get(i)) {
+            let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
+                Lookup::Found { counters, .. } => counters,
+                Lookup::HashMismatch => {
+                    coverage.mismatched.push((f.name.clone(), f.hash));
+                    continue;
+                }
+                // Never ran (or not in this profile): every counter is zero.
+                Lookup::Unknown => &[],
+            };
+            let Some(first) = f.regions.first() else { continue };
+            // A zero-region stub from a unit where the function is unused,
+            // while another unit's record carries the real counts.
+            if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
+                continue;
             }
+            let name = f.name_without_prefix(mapping);
+            let Some(record) = count_regions(name, f, counts) else {
+                continue;
+            };
+            if !provenance.insert((&f.filenames, name)) {
+                continue;
+            }
+            let index = coverage.functions.len();
+            for &file in &record.filenames {
+                let indices = coverage.by_file.entry(file).or_default();
+                if indices.last() != Some(&index) {
+                    indices.push(index);
+                }
+            }
+            coverage.functions.push(record);
         }
-        self.functions.push(record);
+        coverage
     }
 
     /// Every file any loaded function refers to, sorted by name.
@@ -363,37 +344,6 @@ impl<'a> Evaluator<'a> {
                 value
             }
         }
-    }
-}
-
-/// What loading one mapping function gives.
-enum Loaded {
-    /// The profile has the name with other hashes: llvm-cov drops it.
-    Mismatch,
-    /// Left out without a word (a stub record, bad counter ids, no regions).
-    Skipped,
-    Record(FunctionRecord),
-}
-
-/// Joins mapping function `i` with its counters, as llvm-cov's
-/// `loadFunctionRecord` does (before its duplicate check).
-fn load(mapping: &CoverageMapping, counters: &dyn CounterSource, i: usize) -> Loaded {
-    let f = &mapping.functions[i];
-    let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
-        Lookup::Found { counters, .. } => counters,
-        Lookup::HashMismatch => return Loaded::Mismatch,
-        // Never ran (or not in this profile): every counter is zero.
-        Lookup::Unknown => &[],
-    };
-    let Some(first) = f.regions.first() else { return Loaded::Skipped };
-    // A zero-region stub from a unit where the function is unused, while
-    // another unit's record carries the real counts.
-    if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
-        return Loaded::Skipped;
-    }
-    match count_regions(f.name_without_prefix(mapping), f, counts) {
-        Some(record) => Loaded::Record(record),
-        None => Loaded::Skipped,
     }
 }
 

@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("livecov: warning: {w}");
     }
 
-    let coverage = Coverage::new_with_threads(&mapping, &counters, options.threads);
+    let coverage = Coverage::new(&mapping, &counters);
     if !coverage.mismatched.is_empty() {
         eprintln!(
             "livecov: warning: {} functions have mismatched data (the binary does not match the profile; they are left out)",
