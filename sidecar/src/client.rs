@@ -476,6 +476,20 @@ impl std::error::Error for ClientError {
 }
 
 /// Reads a token file: its first line, without surrounding whitespace.
+/// The bearer token from a value or, failing that, a file (its first
+/// line). An empty value, as `LIVECOV_TOKEN=` in the environment, is none.
+pub fn resolve_token(token: Option<&String>, file: Option<&std::path::PathBuf>) -> anyhow::Result<Option<String>> {
+    if let Some(t) = token.filter(|t| !t.is_empty()) {
+        return Ok(Some(t.clone()));
+    }
+    let Some(path) = file.filter(|p| !p.as_os_str().is_empty()) else { return Ok(None) };
+    let t = read_token_file(path).map_err(|e| anyhow::anyhow!("cannot read the token file {}: {e}", path.display()))?;
+    if t.is_empty() {
+        anyhow::bail!("the token file {} is empty", path.display());
+    }
+    Ok(Some(t))
+}
+
 pub fn read_token_file(path: &Path) -> std::io::Result<String> {
     let text = std::fs::read_to_string(path)?;
     Ok(text.lines().next().unwrap_or("").trim().to_owned())

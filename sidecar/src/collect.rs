@@ -79,19 +79,7 @@ impl TargetArgs {
     }
 
     pub fn fetch_options(&self) -> Result<FetchOptions> {
-        let token = self.target_token.as_ref().filter(|t| !t.is_empty());
-        let file = self.target_token_file.as_ref().filter(|p| !p.as_os_str().is_empty());
-        let token = match (token, file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(path)) => {
-                let t = client::read_token_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
-                if t.is_empty() {
-                    bail!("the token file {} is empty", path.display());
-                }
-                Some(t)
-            }
-            (None, None) => None,
-        };
+        let token = client::resolve_token(self.target_token.as_ref(), self.target_token_file.as_ref())?;
         Ok(FetchOptions {
             token,
             timeout: self.timeout,

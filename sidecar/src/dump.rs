@@ -48,20 +48,7 @@ fn parse_seconds(s: &str) -> Result<Duration, String> {
 
 impl Connection {
     fn client(&self) -> Result<Client> {
-        // An empty value (e.g. LIVECOV_TOKEN= in the environment) is none.
-        let token = self.token.as_ref().filter(|t| !t.is_empty());
-        let token_file = self.token_file.as_ref().filter(|p| !p.as_os_str().is_empty());
-        let token = match (token, token_file) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(path)) => {
-                let t = client::read_token_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
-                if t.is_empty() {
-                    bail!("the token file {} is empty", path.display());
-                }
-                Some(t)
-            }
-            (None, None) => None,
-        };
+        let token = client::resolve_token(self.token.as_ref(), self.token_file.as_ref())?;
         Ok(Client::new(self.target.clone())
             .token(token)
             .timeout(self.timeout)

@@ -620,21 +620,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.listen.is_none() && args.socket.is_none() {
         bail!("nothing to listen on: give --listen ADDR (e.g. 0.0.0.0:9464) and/or --socket PATH");
     }
-    let token = {
-        let t = args.token.as_ref().filter(|t| !t.is_empty());
-        let f = args.token_file.as_ref().filter(|p| !p.as_os_str().is_empty());
-        match (t, f) {
-            (Some(t), _) => Some(t.clone()),
-            (None, Some(path)) => {
-                let t = client::read_token_file(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
-                if t.is_empty() {
-                    bail!("the token file {} is empty", path.display());
-                }
-                Some(t)
-            }
-            (None, None) => None,
-        }
-    };
+    let token = client::resolve_token(args.token.as_ref(), args.token_file.as_ref())?;
     let options = args.targets.fetch_options()?;
     let mut discovery = args.targets.discovery(args.resolve_interval)?;
     if let Some(socket) = &args.socket {
@@ -1111,7 +1097,7 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
         let mut extra = serde_json::Map::new();
         extra.insert("instances".into(), instances.into());
         extra.insert("targets_failed".into(), failed.into());
-        let doc = snapshot::summary_json(&String::from_utf8_lossy(&text), extra);
+        let doc = livecov::agent::summary_json(&String::from_utf8_lossy(&text), extra);
         ok("application/json", Bytes::from(doc))
     } else {
         ok("text/plain; charset=utf-8", text)

@@ -83,45 +83,6 @@ pub fn merge_texts<'a>(inputs: impl IntoIterator<Item = (&'a str, &'a [u8])>, te
     Ok(merger)
 }
 
-/// Per-file and total line, function and branch counts of an LCOV report
-/// (the agent's `?format=json`), plus `extra` fields at the top.
-pub fn summary_json(lcov: &str, extra: serde_json::Map<String, serde_json::Value>) -> String {
-    let mut files = Vec::new();
-    let mut totals = [0u64; 6];
-    let mut current: Option<(String, [u64; 6])> = None;
-    for line in lcov.lines() {
-        if let Some(path) = line.strip_prefix("SF:") {
-            current = Some((path.to_owned(), [0; 6]));
-            continue;
-        }
-        let Some((_, counts)) = current.as_mut() else { continue };
-        for (i, tag) in ["LF:", "LH:", "FNF:", "FNH:", "BRF:", "BRH:"].iter().enumerate() {
-            if let Some(v) = line.strip_prefix(tag).and_then(|v| v.parse::<u64>().ok()) {
-                counts[i] = v;
-            }
-        }
-        if line == "end_of_record" {
-            if let Some((path, c)) = current.take() {
-                totals.iter_mut().zip(c).for_each(|(t, v)| *t += v);
-                files.push(serde_json::json!({
-                    "file": path, "lines": c[0], "lines_hit": c[1], "functions": c[2],
-                    "functions_hit": c[3], "branches": c[4], "branches_hit": c[5],
-                }));
-            }
-        }
-    }
-    let mut doc = extra;
-    doc.insert("files".into(), serde_json::Value::Array(files));
-    doc.insert(
-        "totals".into(),
-        serde_json::json!({
-            "lines": totals[0], "lines_hit": totals[1], "functions": totals[2],
-            "functions_hit": totals[3], "branches": totals[4], "branches_hit": totals[5],
-        }),
-    );
-    serde_json::Value::Object(doc).to_string()
-}
-
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-05-01T12:00:00.123Z`.
 pub fn rfc3339(t: SystemTime) -> String {
     let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
@@ -224,7 +185,7 @@ mod tests {
         assert_eq!(file_name_for("rust-1-ab"), "rust-1-ab");
         assert_eq!(file_name_for("../x/y"), "_.._x_y");
         assert!(new_instance_id().starts_with("sidecar-"));
-        let s = summary_json("SF:a\nLF:2\nLH:1\nend_of_record\n", serde_json::Map::new());
+        let s = livecov::agent::summary_json("SF:a\nLF:2\nLH:1\nend_of_record\n", serde_json::Map::new());
         assert!(s.contains(r#""lines":2"#) && s.contains(r#""lines_hit":1"#), "{s}");
     }
 }

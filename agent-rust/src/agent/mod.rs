@@ -482,7 +482,7 @@ impl Service for Handle {
             }),
             Format::Json => {
                 let lcov = agent.lcov(query.test.as_deref(), query.reset).map_err(internal)?;
-                Ok(Body { content_type: "application/json", bytes: summary_json(&lcov).into_bytes() })
+                Ok(Body { content_type: "application/json", bytes: summary_json(&lcov, serde_json::Map::new()).into_bytes() })
             }
         }
     }
@@ -500,8 +500,9 @@ impl Service for Handle {
     }
 }
 
-/// Per-file and total line, function and branch counts of an LCOV report.
-fn summary_json(lcov: &str) -> String {
+/// Per-file and total line, function and branch counts of an LCOV report
+/// (the agent's `?format=json`), plus `extra` fields at the top.
+pub fn summary_json(lcov: &str, extra: serde_json::Map<String, serde_json::Value>) -> String {
     let mut files = Vec::new();
     let mut totals = [0u64; 6];
     let mut current: Option<(String, [u64; 6])> = None;
@@ -526,14 +527,16 @@ fn summary_json(lcov: &str) -> String {
             }
         }
     }
-    serde_json::json!({
-        "files": files,
-        "totals": {
+    let mut doc = extra;
+    doc.insert("files".into(), serde_json::Value::Array(files));
+    doc.insert(
+        "totals".into(),
+        serde_json::json!({
             "lines": totals[0], "lines_hit": totals[1], "functions": totals[2],
             "functions_hit": totals[3], "branches": totals[4], "branches_hit": totals[5],
-        },
-    })
-    .to_string()
+        }),
+    );
+    serde_json::Value::Object(doc).to_string()
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -1094,6 +1094,15 @@ fn json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Lowers the calling thread's scheduling priority (nice 10). On Linux the
+/// nice value is per thread.
+pub(crate) fn lower_priority() {
+    // Safety: setpriority on our own thread id.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1132,14 +1141,5 @@ mod tests {
         json_string(&mut s, "a \"b\"\n\u{1}\\");
         assert_eq!(s, r#""a \"b\"\n\u0001\\""#);
         assert_eq!(error(&ApiError::new(200, "x")).status(), 500);
-    }
-}
-
-/// Lowers the calling thread's scheduling priority (nice 10). On Linux the
-/// nice value is per thread.
-pub(crate) fn lower_priority() {
-    // Safety: setpriority on our own thread id.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
     }
 }
