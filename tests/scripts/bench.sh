@@ -161,3 +161,4 @@ fi
 # --- the in-process agent ------------------------------------------------------
 echo
 "$root/tests/scripts/bench-agent.sh"
+"$root/tests/scripts/bench-sidecar.sh"
