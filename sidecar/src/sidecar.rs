@@ -40,10 +40,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
@@ -52,8 +50,9 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use livecov::agent::connection::{accept_tcp, accept_unix, authorized, idle_expired, Accepted, BusyGuard, ConnState, Tracked};
 use livecov::agent::server::{parse_query, Format};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{self, CoverageQuery};
@@ -794,11 +793,6 @@ struct Ctx {
     max_connections: usize,
 }
 
-enum Accepted {
-    Unix(tokio::net::UnixStream),
-    Tcp(tokio::net::TcpStream),
-}
-
 async fn serve(
     ctx: Arc<Ctx>,
     unix: Option<tokio::net::UnixListener>,
@@ -851,20 +845,6 @@ async fn serve(
     let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
 }
 
-async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
-    match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
-        None => std::future::pending().await,
-    }
-}
-
-async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
-    match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
-        None => std::future::pending().await,
-    }
-}
-
 /// Over the connection limit: a best-effort `503` in one write, then closed.
 fn refuse(stream: &Accepted, instance: &str) {
     let body = br#"{"error":"too many connections"}"#;
@@ -881,85 +861,6 @@ fn refuse(stream: &Accepted, instance: &str) {
     };
 }
 
-/// Per-connection activity, for the idle timeout.
-struct ConnState {
-    start: Instant,
-    last_io: AtomicU64,
-    busy: AtomicUsize,
-}
-
-impl ConnState {
-    fn touch(&self) {
-        self.last_io.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-}
-
-struct BusyGuard(Arc<ConnState>);
-
-impl BusyGuard {
-    fn new(state: &Arc<ConnState>) -> BusyGuard {
-        state.busy.fetch_add(1, Ordering::Relaxed);
-        BusyGuard(state.clone())
-    }
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
-    }
-}
-
-/// A stream that records when bytes last moved.
-struct Tracked<S> {
-    inner: S,
-    state: Arc<ConnState>,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.touch();
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.touch();
-        }
-        r
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// Resolves when the connection has been idle (no request being handled,
-/// no byte moved) for `idle`.
-async fn idle_expired(state: &ConnState, idle: Duration) {
-    loop {
-        let now = state.start.elapsed();
-        let last = Duration::from_millis(state.last_io.load(Ordering::Relaxed));
-        let due = last.saturating_add(idle);
-        if state.busy.load(Ordering::Relaxed) == 0 && now >= due {
-            return;
-        }
-        let wait = if now >= due { idle } else { due - now };
-        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
-    }
-}
-
 async fn connection<S>(
     ctx: Arc<Ctx>,
     http: Arc<hyper::server::conn::http1::Builder>,
@@ -969,8 +870,8 @@ async fn connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let state = Arc::new(ConnState { start: Instant::now(), last_io: AtomicU64::new(0), busy: AtomicUsize::new(0) });
-    let io = TokioIo::new(Tracked { inner: stream, state: state.clone() });
+    let state = ConnState::new();
+    let io = TokioIo::new(Tracked::new(stream, state.clone()));
     let svc_state = state.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = BusyGuard::new(&svc_state);
@@ -1125,20 +1026,6 @@ async fn read_body(body: Incoming) -> Result<(), Resp> {
         Ok(Err(e)) => Err(error(400, &format!("could not read the request body: {e}"))),
         Err(_) => Err(error(408, "request body not received in time")),
     }
-}
-
-/// `Authorization: Bearer <token>`, compared in constant time.
-fn authorized(value: Option<&HeaderValue>, token: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some(value) = value else { return false };
-    let value = value.as_bytes();
-    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
-    let (scheme, rest) = value.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return false;
-    }
-    let given = rest.trim_ascii();
-    bool::from(given.ct_eq(token))
 }
 
 fn clip(s: &str) -> String {

@@ -9,6 +9,7 @@
 //! failure is a message on stderr or an error response.
 
 mod config;
+pub mod connection;
 mod engine;
 pub(crate) mod modules;
 mod process;

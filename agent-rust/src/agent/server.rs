@@ -52,6 +52,7 @@
 //! counters get disjoint parts, and summing their reports counts nothing
 //! twice.
 
+use super::connection::{accept_tcp, accept_unix, authorized, idle_expired, Accepted, BusyGuard, ConnState, Tracked};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -61,18 +62,18 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
 /// The largest request body read (by `POST /reset`, which ignores it);
@@ -518,11 +519,6 @@ struct Ctx {
     limits: Limits,
 }
 
-enum Accepted {
-    Unix(tokio::net::UnixStream),
-    Tcp(tokio::net::TcpStream),
-}
-
 async fn serve(
     ctx: Arc<Ctx>,
     unix: Option<tokio::net::UnixListener>,
@@ -585,20 +581,6 @@ async fn serve(
     let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
 }
 
-async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
-    match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
-        None => std::future::pending().await,
-    }
-}
-
-async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
-    match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
-        None => std::future::pending().await,
-    }
-}
-
 /// Over the connection limit: a best-effort `503` in one non-blocking write,
 /// then the stream is dropped (closed).
 fn refuse(stream: &Accepted, instance: &HeaderValue) {
@@ -614,103 +596,6 @@ fn refuse(stream: &Accepted, instance: &HeaderValue) {
     };
 }
 
-/// Per-connection activity, for the idle timeout.
-struct ConnState {
-    start: Instant,
-    /// Milliseconds since `start` of the last byte read or written.
-    last_io: AtomicU64,
-    /// Requests being handled (between the head and the response).
-    busy: AtomicUsize,
-}
-
-impl ConnState {
-    fn touch(&self) {
-        self.last_io.store(self.start.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-}
-
-struct BusyGuard(Arc<ConnState>);
-
-impl BusyGuard {
-    fn new(state: &Arc<ConnState>) -> BusyGuard {
-        state.busy.fetch_add(1, Ordering::Relaxed);
-        BusyGuard(state.clone())
-    }
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
-        self.0.touch();
-    }
-}
-
-/// A stream that records when bytes last moved.
-struct Tracked<S> {
-    inner: S,
-    state: Arc<ConnState>,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.state.touch();
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.touch();
-        }
-        r
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.state.touch();
-        }
-        r
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
-/// Resolves when the connection has been idle (no request being handled, no
-/// byte moved) for `idle`.
-async fn idle_expired(state: &ConnState, idle: Duration) {
-    loop {
-        let now = state.start.elapsed();
-        let last = Duration::from_millis(state.last_io.load(Ordering::Relaxed));
-        let due = last.saturating_add(idle);
-        if state.busy.load(Ordering::Relaxed) == 0 && now >= due {
-            return;
-        }
-        let wait = if now >= due { idle } else { due - now };
-        tokio::time::sleep(wait.max(Duration::from_millis(10))).await;
-    }
-}
-
 async fn connection<S>(
     ctx: Arc<Ctx>,
     http: Arc<hyper::server::conn::http1::Builder>,
@@ -721,8 +606,8 @@ async fn connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let idle = ctx.limits.idle_timeout;
-    let state = Arc::new(ConnState { start: Instant::now(), last_io: AtomicU64::new(0), busy: AtomicUsize::new(0) });
-    let io = TokioIo::new(Tracked { inner: stream, state: state.clone() });
+    let state = ConnState::new();
+    let io = TokioIo::new(Tracked::new(stream, state.clone()));
     let svc_state = state.clone();
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = BusyGuard::new(&svc_state);
@@ -851,30 +736,6 @@ async fn read_body(ctx: &Ctx, body: Incoming) -> Result<(), Resp> {
         Ok(Err(e)) => Err(error(&ApiError::new(400, format!("could not read the request body: {e}")))),
         Err(_) => Err(error(&ApiError::new(408, "request body not received in time"))),
     }
-}
-
-/// `Authorization: Bearer <token>`, the token compared in constant time.
-fn authorized(value: Option<&HeaderValue>, token: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some(value) = value else { return false };
-    let value = value.as_bytes();
-    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
-    let (scheme, rest) = value.split_at(space);
-    if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return false;
-    }
-    let given = trim_spaces(rest);
-    bool::from(given.ct_eq(token))
-}
-
-fn trim_spaces(mut b: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = b {
-        b = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = b {
-        b = rest;
-    }
-    b
 }
 
 /// Runs a [`Service`] call on the blocking pool under `catch_unwind`,
