@@ -43,23 +43,7 @@ if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
 fi
-host=$(rustc -vV | sed -n 's/^host: //p')
-llvm_bin="$(rustc --print sysroot)/lib/rustlib/$host/bin"
-profdata="$llvm_bin/llvm-profdata"
-llvm_cov="$llvm_bin/llvm-cov"
-for t in "$profdata" "$llvm_cov"; do
-    [ -x "$t" ] || { echo "bench-agent: $t missing (run tests/scripts/install-deps.sh)" >&2; exit 1; }
-done
-
-# Drop what the caller set that would change a build (as bench.sh does).
-clean_env=(env)
-while IFS= read -r name; do
-    case "$name" in
-        CARGO_HOME) ;;
-        CARGO*|__CARGO*|RUSTC|RUSTC_WRAPPER|RUSTC_WORKSPACE_WRAPPER|RUSTDOC|RUSTDOCFLAGS|RUSTFLAGS|RUSTC_BOOTSTRAP|LLVM_PROFILE_FILE|LIVECOV_*)
-            clean_env+=(-u "$name") ;;
-    esac
-done < <(compgen -e)
+source "$root/tests/scripts/bench-common.sh"
 
 # --- builds --------------------------------------------------------------------
 # With --target, RUSTFLAGS reach the programs and their libraries (the agent

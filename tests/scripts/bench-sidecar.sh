@@ -48,17 +48,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-host=$(rustc -vV | sed -n 's/^host: //p')
-
-# Drop what the caller set that would change a build (as bench.sh does).
-clean_env=(env)
-while IFS= read -r name; do
-    case "$name" in
-        CARGO_HOME) ;;
-        CARGO*|__CARGO*|RUSTC|RUSTC_WRAPPER|RUSTC_WORKSPACE_WRAPPER|RUSTDOC|RUSTDOCFLAGS|RUSTFLAGS|RUSTC_BOOTSTRAP|LLVM_PROFILE_FILE|LIVECOV_*)
-            clean_env+=(-u "$name") ;;
-    esac
-done < <(compgen -e)
+source "$root/tests/scripts/bench-common.sh"
 
 # --- builds --------------------------------------------------------------------
 echo "bench-sidecar: building livecov (release)"

@@ -30,23 +30,7 @@ if [ ! -x /usr/bin/time ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends time >/dev/null
 fi
-llvm_bin="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin"
-profdata="$llvm_bin/llvm-profdata"
-llvm_cov="$llvm_bin/llvm-cov"
-for t in "$profdata" "$llvm_cov"; do
-    [ -x "$t" ] || { echo "bench: $t missing (run tests/scripts/install-deps.sh)" >&2; exit 1; }
-done
-
-# Drop what the caller (an outer cargo, make, a shell profile) set that would
-# change a build: target dir, wrappers, flags, profiles, profile file names.
-clean_env=(env)
-while IFS= read -r name; do
-    case "$name" in
-        CARGO_HOME) ;;
-        CARGO*|__CARGO*|RUSTC|RUSTC_WRAPPER|RUSTC_WORKSPACE_WRAPPER|RUSTDOC|RUSTDOCFLAGS|RUSTFLAGS|RUSTC_BOOTSTRAP|LLVM_PROFILE_FILE)
-            clean_env+=(-u "$name") ;;
-    esac
-done < <(compgen -e)
+source "$root/tests/scripts/bench-common.sh"
 
 # --- builds ------------------------------------------------------------------
 echo "bench: building livecov (release)"
@@ -58,7 +42,6 @@ livecov="$root/target/release/livecov"
 # instrumented during the build and leave .profraw files in their sources.
 echo "bench: building fixtures/large with -C instrument-coverage"
 fixture_target="$root/target/fixtures/large"
-host=$(rustc -vV | sed -n 's/^host: //p')
 start=$(date +%s%N)
 "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$fixture_target" \
     cargo build --quiet --locked --target "$host" --manifest-path fixtures/large/Cargo.toml
