@@ -6,10 +6,12 @@
 #   C/C++ fixtures (clang-13's libclang_rt.profile is in libclang-common-13-dev,
 #   which clang-13 depends on; there is no libclang-rt-13-dev);
 # - llvm-profdata-14 and llvm-profdata-13, to index clang-14 and clang-13
-#   profiles for llvm-cov 22.
+#   profiles for llvm-cov 22;
+# - cmake and pkg-config, to build C programs against liblivecov as the docs say;
+# - Node.js and npm, for the Node hook and its fixtures.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config)
 
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -21,6 +23,14 @@ if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "install-deps: installing nodejs and npm"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 
 sysroot=$(rustc --print sysroot)
