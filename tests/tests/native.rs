@@ -19,8 +19,11 @@ use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::find_instance;
 use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
 
-/// What liblivecov.a needs from the system (`rustc --print native-static-libs`).
-const NATIVE_STATIC_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+/// What liblivecov.a needs from the system (`rustc --print native-static-libs`),
+/// and `-z noexecstack`: an assembly object in it (md5-asm's) has no
+/// `.note.GNU-stack` section, which would make the program's stack executable.
+const NATIVE_STATIC_LIBS: &[&str] =
+    &["-Wl,-z,noexecstack", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
 
 // ---------------------------------------------------------------- building
 
@@ -50,16 +53,7 @@ fn shim() -> &'static Shim {
     SHIM.get_or_init(|| {
         let target = out_root().join("cargo");
         let _lock = lock_dir(&target);
-        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        for (name, _) in std::env::vars() {
-            if (name.starts_with("CARGO") && name != "CARGO_HOME")
-                || name.starts_with("RUSTC")
-                || name == "RUSTFLAGS"
-                || name == "LLVM_PROFILE_FILE"
-            {
-                cargo.env_remove(name);
-            }
-        }
+        let mut cargo = cargo();
         cargo
             .args(["build", "--quiet", "-p", "livecov-native", "--profile", "release-native"])
             .env("CARGO_TARGET_DIR", &target)
@@ -74,6 +68,22 @@ fn shim() -> &'static Shim {
         assert!(shim.so.is_file() && shim.a.is_file(), "cargo built no liblivecov in {}", dir.display());
         shim
     })
+}
+
+/// `cargo` without what the cargo running these tests set for itself
+/// (target dir, flags, wrappers) and without profile file names.
+fn cargo() -> Command {
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars() {
+        if (name.starts_with("CARGO") && name != "CARGO_HOME")
+            || name.starts_with("RUSTC")
+            || name == "RUSTFLAGS"
+            || name == "LLVM_PROFILE_FILE"
+        {
+            cargo.env_remove(name);
+        }
+    }
+    cargo
 }
 
 /// A program on PATH (or in /usr/bin); panics naming the package to install.
@@ -138,29 +148,45 @@ fn built(toolchain: Toolchain) -> &'static Built {
     cell.get_or_init(|| build(toolchain))
 }
 
-fn build(toolchain: Toolchain) -> Built {
-    let shim = shim();
-    let cc = clang(toolchain);
-    let src = workspace_root().join("fixtures/native");
-    let out = out_root().join(toolchain_name(toolchain));
-    let _lock = lock_dir(&out);
-    let cov: &[&str] = &["-O0", "-g", "-fprofile-instr-generate", "-fcoverage-mapping"];
-    let strict: &[&str] = &["-std=c99", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-pedantic", "-Werror"];
-    // Each output is made under a temporary name and renamed: a binary
-    // another test process runs is never rewritten under it.
-    let compile = |name: &str, flags: &[&str], sources: &[&str], libs: &[&Path], extra: &[&str]| -> PathBuf {
-        let target = out.join(name);
-        let tmp = out.join(format!(".{name}.{}", std::process::id()));
-        let mut command = Command::new(&cc);
-        command.args(flags).arg("-I").arg(&shim.include).arg("-I").arg(&src).arg("-o").arg(&tmp);
+/// One compiler, the sources of one fixture folder and an output folder.
+struct Compiler {
+    cc: PathBuf,
+    src: PathBuf,
+    out: PathBuf,
+}
+
+impl Compiler {
+    /// Builds `out/name` from `sources` (in `src`), with the shim's header
+    /// and `src` on the include path. Made under a temporary name and
+    /// renamed: a binary another test process runs is never rewritten
+    /// under it.
+    fn compile(&self, name: &str, flags: &[&str], sources: &[&str], libs: &[&Path], extra: &[&str]) -> PathBuf {
+        let target = self.out.join(name);
+        let tmp = self.out.join(format!(".{name}.{}", std::process::id()));
+        let mut command = Command::new(&self.cc);
+        command.args(flags).arg("-I").arg(&shim().include).arg("-I").arg(&self.src).arg("-o").arg(&tmp);
         for s in sources {
-            command.arg(src.join(s));
+            command.arg(self.src.join(s));
         }
         command.args(libs).args(extra);
-        run_checked(&mut command, &format!("building {name} with {}", cc.display()));
+        run_checked(&mut command, &format!("building {name} with {}", self.cc.display()));
         std::fs::rename(&tmp, &target).expect("rename the built fixture");
         target
+    }
+}
+
+const COVERAGE: &[&str] = &["-O0", "-g", "-fprofile-instr-generate", "-fcoverage-mapping"];
+
+fn build(toolchain: Toolchain) -> Built {
+    let shim = shim();
+    let out = out_root().join(toolchain_name(toolchain));
+    let _lock = lock_dir(&out);
+    let compiler = Compiler { cc: clang(toolchain), src: workspace_root().join("fixtures/native"), out };
+    let compile = |name: &str, flags: &[&str], sources: &[&str], libs: &[&Path], extra: &[&str]| {
+        compiler.compile(name, flags, sources, libs, extra)
     };
+    let cov = COVERAGE;
+    let strict: &[&str] = &["-std=c99", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-pedantic", "-Werror"];
     let api_flags: Vec<&str> = [cov, strict, &["-DLIVECOV_API"]].concat();
     let a: &Path = &shim.a;
     Built {
@@ -220,11 +246,21 @@ struct Served {
 }
 
 impl Served {
+    /// `program --serve` under LD_PRELOAD.
     fn start(name: &str, program: &Path) -> Served {
+        Served::spawn(name, program, true)
+    }
+
+    /// `program --serve`, under LD_PRELOAD when `preload` (else the
+    /// program starts its agent itself).
+    fn spawn(name: &str, program: &Path, preload: bool) -> Served {
         let dir = scratch(name);
-        let mut child = command(program, &dir)
+        let mut command = command(program, &dir);
+        if preload {
+            command.env("LD_PRELOAD", &shim().so);
+        }
+        let mut child = command
             .arg("--serve")
-            .env("LD_PRELOAD", &shim().so)
             .env("LIVECOV_DIR", dir.join("cov"))
             .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
             .stdin(Stdio::piped())
@@ -234,9 +270,12 @@ impl Served {
             .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         let stdin = child.stdin.take();
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        // Whatever the program prints before (`instance ID`), then `ready`.
         let mut line = String::new();
-        stdout.read_line(&mut line).expect("read `ready`");
-        assert_eq!(line, "ready\n");
+        while line != "ready\n" {
+            line.clear();
+            assert!(stdout.read_line(&mut line).expect("read `ready`") > 0, "{} ended before `ready`", program.display());
+        }
         let instance = instance_of(&dir.join("cov"), child.id());
         Served { child, stdin, stdout, dir, instance }
     }
@@ -819,4 +858,190 @@ fn installs_with_a_pkg_config_file() {
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports").count();
     assert_eq!(reports, 2, "one instance: its .lcov and .json");
     assert!(std::fs::metadata(&exe).expect("exe").permissions().mode() & 0o111 != 0);
+}
+
+// ---------------------------------------------------------------- C++
+
+/// The C++ fixture (fixtures/native/cpp) built with clang++-19.
+struct BuiltCpp {
+    /// app.cpp, instrumented, with -DLIVECOV_API, linked with liblivecov.a.
+    app_api: PathBuf,
+    /// app.cpp, instrumented, no livecov in it (for LD_PRELOAD).
+    app: PathBuf,
+}
+
+fn built_cpp() -> &'static BuiltCpp {
+    static BUILT: OnceLock<BuiltCpp> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = out_root().join("clang19-cpp");
+        let _lock = lock_dir(&out);
+        let compiler = Compiler {
+            cc: system_tool("clang++-19", "clang-19 (and libclang-rt-19-dev)"),
+            src: workspace_root().join("fixtures/native/cpp"),
+            out,
+        };
+        let strict: &[&str] = &["-std=c++17", "-Wall", "-Wextra", "-pedantic", "-Werror"];
+        let flags = [COVERAGE, strict].concat();
+        BuiltCpp {
+            app_api: compiler.compile(
+                "app_api",
+                &[&flags[..], &["-DLIVECOV_API"]].concat(),
+                &["app.cpp"],
+                &[&shim().a],
+                NATIVE_STATIC_LIBS,
+            ),
+            app: compiler.compile("app", &flags, &["app.cpp"], &[], &[]),
+        }
+    })
+}
+
+/// llvm-cov's LCOV with the names of FN and FNDA records demangled as
+/// the agent demangles them by default (llvm-cov export does not).
+fn demangled(lcov: &str) -> String {
+    let mut out = String::new();
+    for line in lcov.lines() {
+        let renamed = ["FN:", "FNDA:"].iter().find_map(|tag| {
+            let (number, name) = line.strip_prefix(tag)?.split_once(',')?;
+            Some(format!("{tag}{number},{}", livecov::lcov::display_name(name, false)))
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+/// The summed count of the functions of the file ending with `suffix`
+/// whose name contains every one of `parts`.
+fn count_of(lcov: &str, suffix: &str, parts: &[&str]) -> u64 {
+    let files = parse_lcov(lcov);
+    let file = file_ending(&files, suffix);
+    let matching: Vec<u64> =
+        file.functions.iter().filter(|(name, _)| parts.iter().all(|p| name.contains(p))).map(|(_, c)| *c).collect();
+    assert!(!matching.is_empty(), "no function with {parts:?} in {suffix}: {:?}", file.functions.keys().collect::<Vec<_>>());
+    matching.iter().sum()
+}
+
+/// The flags of the program header PT_GNU_STACK of an ELF executable.
+fn stack_flags(program: &Path) -> u32 {
+    use object::read::elf::{ElfFile64, ProgramHeader};
+    let bytes = std::fs::read(program).expect("read the program");
+    let elf = ElfFile64::<object::Endianness>::parse(&*bytes).expect("an ELF file");
+    let endian = elf.endian();
+    elf.elf_program_headers()
+        .iter()
+        .find(|ph| ph.p_type(endian) == object::elf::PT_GNU_STACK)
+        .map(|ph| ph.p_flags(endian))
+        .expect("a PT_GNU_STACK header")
+}
+
+#[test]
+fn cpp_linked_with_the_static_library() {
+    let b = built_cpp();
+    assert_eq!(stack_flags(&b.app_api) & object::elf::PF_X, 0, "liblivecov.a made the program's stack executable");
+
+    // Live dumps and raw profiles of the same moments, then exit.
+    let dir = scratch("cpp-api");
+    let c = |n: &str| dir.join(n).display().to_string();
+    let (c1, c2) = (c("c1"), c("c2"));
+    let args = [
+        "shape", "circle", "2", ",", "sort", "3", "-1", "2", ",", "checkpoint", &c1, ",", "shape", "rect", "2", "3", ",",
+        "shape", "tri", "1", ",", "stack", "1", "2", "3", "4", ",", "checkpoint", &c2, ",", "sort", "5", "-9", "x",
+    ];
+    let out = command(&b.app_api, &dir)
+        .args(args)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run app");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "`sort 5 -9 x` fails: {stdout}\n{stderr}");
+    assert!(stderr.contains("unknown shape: tri") && stderr.contains("not a number: x"), "{stderr}");
+    let instance = stdout.lines().find_map(|l| l.strip_prefix("instance ")).expect("app prints its instance");
+    assert!(instance.starts_with("native-"), "{instance}");
+    for name in ["c1", "c2"] {
+        let live = read(&dir.join(format!("{name}.lcov")));
+        let expected = llvm_cov(Toolchain::Clang19, &b.app_api, &[], &[dir.join(format!("{name}.profraw"))], &dir);
+        assert_same_lcov(&live, &demangled(&expected), &format!("C++ checkpoint {name}"));
+    }
+    let (c1, c2) = (read(&dir.join("c1.lcov")), read(&dir.join("c2.lcov")));
+    // Demangled: class templates, virtual functions. The lambda has
+    // internal linkage: its name is `app.cpp:` and the mangled name, as
+    // llvm-cov prints it, and stays so.
+    let push = ["shapes::Stack<int, (unsigned long)3>::push(int const&)"];
+    assert_eq!((count_of(&c1, "shapes.hpp", &push), count_of(&c2, "shapes.hpp", &push)), (0, 4));
+    assert_eq!(count_of(&c2, "shapes.hpp", &["shapes::Rect::area() const"]), 1);
+    let lambda = ["app.cpp:_ZZN3cli4sort", "$_0clEll"];
+    assert!(count_of(&c1, "app.cpp", &lambda) > 0);
+    assert_eq!(count_of(&c1, "app.cpp", &lambda), count_of(&c2, "app.cpp", &lambda), "no sort between c1 and c2");
+    let report = read(&dir.join("cov/reports").join(format!("{instance}.lcov")));
+    let expected = llvm_cov(Toolchain::Clang19, &b.app_api, &[], &[dir.join("exit.profraw")], &dir);
+    assert_same_lcov(&report, &demangled(&expected), "C++ final report at exit");
+    let meta = read(&dir.join("cov/reports").join(format!("{instance}.json")));
+    assert!(meta.contains("\"runtime\":\"native\"") && meta.contains("\"state\":\"exited\""), "{meta}");
+
+    cpp_serving("cpp-api-serve", &b.app_api, false);
+}
+
+#[test]
+fn cpp_preloaded_into_an_unmodified_program() {
+    let b = built_cpp();
+    cpp_serving("cpp-preload", &b.app, true);
+
+    // Run to exit(3), names as the compiler wrote them: the final report
+    // is llvm-cov's over the exit profile, byte for byte.
+    let dir = scratch("cpp-preload-exit");
+    let out = command(&b.app, &dir)
+        .args(["shape", "rect", "1", "5", ",", "stack", "1", ",", "sort", ",", "exit", "3"])
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", dir.join("cov"))
+        .env("LIVECOV_DEMANGLE", "0")
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run app");
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "rect area 5\npopped 1\nsorted (nothing to compare)\n");
+    let reports: Vec<PathBuf> = std::fs::read_dir(dir.join("cov/reports"))
+        .expect("reports/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = read(&reports[0]);
+    let expected = llvm_cov(Toolchain::Clang19, &b.app, &[], &[dir.join("exit.profraw")], &dir);
+    assert_same_lcov(&report, &expected, "C++ final report at exit, not demangled");
+    assert_eq!(count_of(&report, "shapes.hpp", &["_ZN6shapes5StackIiLm3EE4pushERKi"]), 1);
+}
+
+/// The C++ fixture serving (preloaded, or starting its agent itself): a
+/// dump over the socket equals llvm-cov over `?format=profraw` of the
+/// same moment; SIGTERM leaves the last dump as the final report and the
+/// signal as exit status.
+fn cpp_serving(name: &str, program: &Path, preload: bool) {
+    let mut s = Served::spawn(name, program, preload);
+    assert_eq!(s.send("shape square 3"), "square area 9\n");
+    assert_eq!(s.send("sort 4 -2 1"), "sorted 1 -2 4\n");
+    assert_eq!(s.send("stack 7 8 9 10"), "stack full at 10\npopped 9 8 7\n");
+    assert_eq!(s.send("shape hexagon 1"), "");
+    let live = s.lcov();
+    let profraw = s.profraw("moment.profraw");
+    let expected = llvm_cov(Toolchain::Clang19, program, &[], &[profraw], &s.dir);
+    assert_same_lcov(&live, &demangled(&expected), &format!("{name}: C++ dump"));
+    // Three pops, and the fourth that throws.
+    assert_eq!(count_of(&live, "shapes.hpp", &["shapes::Stack<int, (unsigned long)3>::pop()"]), 4);
+    let health = String::from_utf8(s.get("/health")).expect("UTF-8");
+    assert!(health.contains("\"runtime\":\"native\"") && health.contains("\"state\":\"running\""), "{health}");
+
+    s.send("shape circle 1");
+    let last = s.lcov();
+    assert_eq!(count_of(&last, "shapes.hpp", &["shapes::Circle::area() const"]), 1);
+    // Safety: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert_eq!(read(&s.report()), last, "{name}: the final report is the state at the signal");
+    let meta = read(&s.cov().join("reports").join(format!("{}.json", s.instance)));
+    assert!(meta.contains("\"state\":\"exited\""), "{meta}");
+    assert!(!s.socket().exists(), "socket left behind");
 }
