@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
-use livecov_tests::service::find_instance;
+use livecov_tests::service::{find_instance, Service};
 use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
 
 /// What liblivecov.a needs from the system (`rustc --print native-static-libs`),
@@ -1044,4 +1044,127 @@ fn cpp_serving(name: &str, program: &Path, preload: bool) {
     let meta = read(&s.cov().join("reports").join(format!("{}.json", s.instance)));
     assert!(meta.contains("\"state\":\"exited\""), "{meta}");
     assert!(!s.socket().exists(), "socket left behind");
+}
+
+// ---------------------------------------------------------------- a Rust program without the agent crate
+
+/// fixtures/service built with `-C instrument-coverage` but without its
+/// `livecov` feature (no agent inside), in `target/fixtures/service-noagent`.
+fn service_without_agent() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = workspace_root().join("target/fixtures/service-noagent");
+        let _lock = lock_dir(&out);
+        let version = run_checked(Command::new("rustc").arg("-vV"), "rustc -vV").stdout;
+        let host = String::from_utf8_lossy(&version)
+            .lines()
+            .find_map(|l| l.strip_prefix("host: ").map(str::to_owned))
+            .expect("rustc -vV prints the host triple");
+        // With --target, the flags reach the program and its libraries but
+        // not build scripts (which would leave .profraw files behind).
+        run_checked(
+            cargo()
+                .args(["build", "--quiet", "--no-default-features", "--target", &host])
+                .env("RUSTFLAGS", "-C instrument-coverage")
+                .env("CARGO_TARGET_DIR", &out)
+                .current_dir(workspace_root().join("fixtures/service")),
+            "cargo build --no-default-features of fixtures/service",
+        );
+        out.join(host).join("debug/service")
+    })
+}
+
+/// The service, a Rust program with its own standard library and profile
+/// runtime, and liblivecov.so, with another standard library inside that
+/// exports nothing: dumps equal llvm-cov over `?format=profraw` of the same
+/// moment, the instance is `native`, SIGTERM and exit leave final reports.
+#[test]
+fn a_rust_program_without_the_agent_crate_under_ld_preload() {
+    let bin = service_without_agent();
+    let defined = run_checked(Command::new(llvm_tool("llvm-nm")).arg("--defined-only").arg(bin), "llvm-nm").stdout;
+    assert!(
+        !String::from_utf8_lossy(&defined).contains("livecov"),
+        "the service was built with the agent crate inside"
+    );
+    let start = |name: &str| {
+        let dir = scratch(name);
+        let cov = dir.join("cov");
+        let mut cmd = command(bin, &dir);
+        cmd.env("LD_PRELOAD", &shim().so)
+            .env("LIVECOV_DIR", &cov)
+            .env("LIVECOV_DEMANGLE", "0")
+            .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"));
+        let service = Service::spawn(cmd, cov);
+        let instance = instance_of(&service.cov, service.child.id());
+        (service, instance)
+    };
+
+    let (mut s, instance) = start("service-preload");
+    let socket = s.cov.join("sockets").join(format!("{instance}.sock"));
+    let get = |path: &str| {
+        let r = unix_request(&socket, "GET", path, &[]);
+        assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+        assert_eq!(r.header("livecov-instance"), Some(instance.as_str()));
+        r
+    };
+    let health = get("/health").json();
+    assert_eq!(health["runtime"], "native", "{health}");
+    assert_eq!(health["pid"], s.child.id(), "{health}");
+    assert_eq!(health["state"], "running", "{health}");
+    assert!(health["program"].as_str().is_some_and(|p| p.ends_with("/service")), "{health}");
+
+    assert_eq!(function_count_like(&get("/coverage").text(), "handlers.rs", "handlers3fib"), 0);
+    assert!(s.get("/fib?n=20").ends_with("6765"));
+    assert!(s.get("/hello?name=x").ends_with("hello, x"));
+    s.get("/primes?limit=30");
+    // The service's thread may still be finishing the last request after
+    // the client has its answer: take the moment once two dumps agree.
+    let (live, profraw) = wait_for("two equal dumps around a snapshot", || {
+        let before = get("/coverage").text();
+        let profraw = get("/coverage?format=profraw").body;
+        (get("/coverage").text() == before).then_some((before, profraw))
+    });
+    let path = s.dir.join("moment.profraw");
+    std::fs::write(&path, profraw).expect("write the snapshot");
+    let expected = llvm_cov(Toolchain::Rustc, bin, &[], &[path], &s.dir);
+    assert_same_lcov(&live, &expected, "the preloaded Rust service");
+    assert_eq!(function_count_like(&live, "handlers.rs", "handlers3fib"), 1);
+    assert_eq!(function_count_like(&live, "handlers.rs", "handlers4echo"), 0);
+
+    // SIGTERM: the last dump is the final report, the signal the status.
+    s.get("/hello");
+    let last = wait_for("the last request counted", || {
+        let dump = get("/coverage").text();
+        (function_count_like(&dump, "handlers.rs", "handlers5hello") == 2).then_some(dump)
+    });
+    // Safety: signalling our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let status = s.child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let reports = s.cov.join("reports");
+    assert_eq!(read(&reports.join(format!("{instance}.lcov"))), last);
+    let meta = read(&reports.join(format!("{instance}.json")));
+    assert!(meta.contains("\"state\":\"exited\"") && meta.contains("\"runtime\":\"native\""), "{meta}");
+    assert!(!socket.exists(), "socket left behind");
+
+    // Exit (GET /quit returns from main): the final report is the exit profile's.
+    let (mut s, instance) = start("service-preload-exit");
+    s.get("/fib?n=7");
+    s.get("/quit");
+    let status = s.child.wait().expect("wait");
+    assert!(status.success(), "{status:?}");
+    let report = read(&s.cov.join("reports").join(format!("{instance}.lcov")));
+    let expected = llvm_cov(Toolchain::Rustc, bin, &[], &[s.dir.join("exit.profraw")], &s.dir);
+    assert_same_lcov(&report, &expected, "the preloaded Rust service's final report at exit");
+    assert_eq!(function_count_like(&report, "main.rs", "7service6handle"), 2);
+}
+
+/// The count of the one function of the file ending with `suffix` whose
+/// (mangled) name ends with `end` (Rust's v0 names end with the path).
+fn function_count_like(lcov: &str, suffix: &str, end: &str) -> u64 {
+    let files = parse_lcov(lcov);
+    let matching: Vec<(&String, &u64)> =
+        file_ending(&files, suffix).functions.iter().filter(|(name, _)| name.ends_with(end)).collect();
+    assert_eq!(matching.len(), 1, "functions ending with {end} in {suffix}: {matching:?}");
+    *matching[0].1
 }
