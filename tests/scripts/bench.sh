@@ -15,7 +15,8 @@
 # --no-demangle, as llvm-cov does not demangle); a difference is reported,
 # not fatal. Then runs tests/scripts/bench-agent.sh (the in-process agent's
 # dumps against the same LLVM tools, its memory, and a service's throughput
-# under dumps). Run from anywhere as `make bench`; not part of CI.
+# under dumps), bench-sidecar.sh and bench-native.sh (liblivecov's size and
+# start time). Run from anywhere as `make bench`; not part of CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -145,3 +146,4 @@ fi
 echo
 "$root/tests/scripts/bench-agent.sh"
 "$root/tests/scripts/bench-sidecar.sh"
+"$root/tests/scripts/bench-native.sh"

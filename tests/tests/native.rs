@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -797,53 +796,64 @@ fn starting_from_the_constructor_costs_less_than_a_millisecond() {
     assert!(micros[0] < 1000, "starting took {micros:?} us");
 }
 
+// ---------------------------------------------------------------- installed: pkg-config and CMake
+
+/// The shim installed by agent-native/install.sh into a scratch prefix.
+fn installed() -> &'static Path {
+    static PREFIX: OnceLock<PathBuf> = OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let prefix = scratch("install").join("prefix");
+        let so_dir = shim().so.parent().expect("folder");
+        run_checked(
+            Command::new("sh").arg(workspace_root().join("agent-native/install.sh")).arg(&prefix).arg(so_dir),
+            "agent-native/install.sh",
+        );
+        for f in ["lib/liblivecov.so", "lib/liblivecov.a", "include/livecov.h", "lib/pkgconfig/livecov.pc"] {
+            assert!(prefix.join(f).is_file(), "{f} is not installed");
+        }
+        prefix
+    })
+}
+
+/// `pkg-config ARGS livecov` of the installed .pc file.
+fn pkg_config(args: &[&str]) -> String {
+    let out = run_checked(
+        Command::new(system_tool("pkg-config", "pkg-config"))
+            .args(args)
+            .arg("livecov")
+            .env("PKG_CONFIG_PATH", installed().join("lib/pkgconfig")),
+        &format!("pkg-config {args:?} livecov"),
+    );
+    String::from_utf8(out.stdout).expect("UTF-8").trim().to_owned()
+}
+
 #[test]
 fn installs_with_a_pkg_config_file() {
-    let dir = scratch("install");
-    let prefix = dir.join("prefix");
-    let so_dir = shim().so.parent().expect("folder");
-    run_checked(
-        Command::new("sh").arg(workspace_root().join("agent-native/install.sh")).arg(&prefix).arg(so_dir),
-        "agent-native/install.sh",
-    );
-    for f in ["lib/liblivecov.so", "lib/liblivecov.a", "include/livecov.h", "lib/pkgconfig/livecov.pc"] {
-        assert!(prefix.join(f).is_file(), "{f} is not installed");
-    }
-    // The flags the .pc file gives (evaluated as pkg-config would), used to
-    // build and run the API fixture against the shared library.
-    let pc = read(&prefix.join("lib/pkgconfig/livecov.pc"));
-    let mut vars: Vec<(String, String)> = Vec::new();
-    let expand = |text: &str, vars: &[(String, String)]| {
-        vars.iter().fold(text.to_owned(), |t, (k, v)| t.replace(&format!("${{{k}}}"), v))
-    };
-    let mut fields = BTreeMap::new();
-    for line in pc.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((k, v)) = line.split_once('=').filter(|(k, _)| !k.contains(':') && !k.contains(' ')) {
-            let v = expand(v.trim(), &vars);
-            vars.push((k.trim().to_owned(), v));
-        } else if let Some((k, v)) = line.split_once(':') {
-            fields.insert(k.trim().to_owned(), expand(v.trim(), &vars));
-        }
-    }
-    assert_eq!(fields.get("Version").map(String::as_str), Some(env!("CARGO_PKG_VERSION")));
-    let cflags = fields.get("Cflags").expect("Cflags");
-    let libs = fields.get("Libs").expect("Libs");
+    let prefix = installed();
+    assert_eq!(pkg_config(&["--modversion"]), env!("CARGO_PKG_VERSION"));
+    assert_eq!(pkg_config(&["--variable=libdir"]), prefix.join("lib").display().to_string());
+    // Libs.private is what liblivecov.a needs: the flags the tests link it with.
+    let static_libs = pkg_config(&["--static", "--libs"]);
+    assert!(static_libs.ends_with(&NATIVE_STATIC_LIBS.join(" ")), "pkg-config --static --libs: {static_libs}");
+
+    // The API fixture built with `$(pkg-config --cflags --libs livecov)`
+    // against the shared library: the library's constructor starts the
+    // agent from LIVECOV_DIR, and the program's livecov_start(NULL) finds
+    // it running.
+    let dir = scratch("pkg-config");
     let exe = dir.join("app");
     let src = workspace_root().join("fixtures/native");
     run_checked(
         Command::new(clang(Toolchain::Clang19))
             .args(["-O0", "-fprofile-instr-generate", "-fcoverage-mapping", "-DLIVECOV_API"])
-            .args(cflags.split_whitespace())
             .arg(src.join("app.c"))
             .arg(src.join("work.c"))
             .arg("-o")
             .arg(&exe)
-            .args(libs.split_whitespace())
+            .args(pkg_config(&["--cflags", "--libs"]).split_whitespace())
             .arg("-ldl"),
         "building app with the flags of livecov.pc",
     );
-    // Linked dynamically: the library's constructor starts the agent from
-    // LIVECOV_DIR, and the program's livecov_start(NULL) finds it running.
     let checkpoint = dir.join("c").display().to_string();
     let out = command(&exe, &dir)
         .args(["fib", "9", ",", "checkpoint", &checkpoint])
@@ -857,7 +867,87 @@ fn installs_with_a_pkg_config_file() {
     assert_same_lcov(&read(&dir.join("c.lcov")), &expected, "app linked with -llivecov");
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports").count();
     assert_eq!(reports, 2, "one instance: its .lcov and .json");
-    assert!(std::fs::metadata(&exe).expect("exe").permissions().mode() & 0o111 != 0);
+}
+
+/// A file of the docs' example (fixtures/native/example), checked to be
+/// quoted as it is in docs/native.md.
+fn example_quoted_in_docs(name: &str) -> PathBuf {
+    let path = workspace_root().join("fixtures/native/example").join(name);
+    let docs = read(&workspace_root().join("docs/native.md"));
+    assert!(docs.contains(&read(&path)), "docs/native.md does not quote fixtures/native/example/{name} as it is");
+    path
+}
+
+/// Runs an example build of hello.c with LIVECOV_DIR: it prints the sum
+/// and the LCOV of that moment, and leaves a final report at exit.
+fn check_hello(exe: &Path, dir: &Path, shared: bool) {
+    let cov = dir.join(format!("cov-{}", exe.file_name().expect("name").to_string_lossy()));
+    let out = command(exe, dir)
+        .args(["1", "2", "3"])
+        .env("LIVECOV_DIR", &cov)
+        .env("LD_LIBRARY_PATH", installed().join("lib"))
+        .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+        .output()
+        .expect("run hello");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && out.stderr.is_empty(), "{}: {}", exe.display(), String::from_utf8_lossy(&out.stderr));
+    let (sum, lcov) = stdout.split_once('\n').expect("the sum, then LCOV");
+    assert_eq!(sum, "14");
+    assert!(lcov.starts_with("TN:hello\nSF:") && lcov.contains("hello.c\n"), "{}: {lcov}", exe.display());
+    assert_eq!(count_of(lcov, "hello.c", &["square"]), 3, "{lcov}");
+    let report = std::fs::read_dir(cov.join("reports"))
+        .expect("reports/")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .expect("a final report");
+    assert_eq!(count_of(&read(&report), "hello.c", &["main"]), 1);
+    let needed = run_checked(Command::new(llvm_tool("llvm-readobj")).arg("--needed-libs").arg(exe), "llvm-readobj").stdout;
+    assert_eq!(String::from_utf8_lossy(&needed).contains("liblivecov.so"), shared, "{}", exe.display());
+    assert_eq!(stack_flags(exe) & object::elf::PF_X, 0, "{}: an executable stack", exe.display());
+}
+
+#[test]
+fn the_pkg_config_example_of_the_docs_builds_and_runs() {
+    let script = example_quoted_in_docs("build.sh");
+    let dir = scratch("example-pkg-config");
+    std::fs::copy(workspace_root().join("fixtures/native/example/hello.c"), dir.join("hello.c")).expect("copy hello.c");
+    run_checked(
+        Command::new("sh")
+            .arg(&script)
+            .current_dir(&dir)
+            .env("CC", clang(Toolchain::Clang19))
+            .env("PKG_CONFIG_PATH", installed().join("lib/pkgconfig")),
+        "fixtures/native/example/build.sh",
+    );
+    check_hello(&dir.join("hello"), &dir, true);
+    check_hello(&dir.join("hello-static"), &dir, false);
+}
+
+#[test]
+fn the_cmake_example_of_the_docs_builds_and_runs() {
+    let lists = example_quoted_in_docs("CMakeLists.txt");
+    let source = lists.parent().expect("folder");
+    let cmake = system_tool("cmake", "cmake");
+    let dir = scratch("example-cmake");
+    let prefix = installed().display().to_string();
+    for (build, options) in [("shared", vec![]), ("static", vec![format!("-DLIVECOV_PREFIX={prefix}")])] {
+        let build_dir = dir.join(build);
+        run_checked(
+            Command::new(&cmake)
+                .arg("-S")
+                .arg(source)
+                .arg("-B")
+                .arg(&build_dir)
+                .arg("-DCOVERAGE=ON")
+                .args(&options)
+                .env("CC", clang(Toolchain::Clang19))
+                .env("PKG_CONFIG_PATH", installed().join("lib/pkgconfig")),
+            &format!("cmake configure ({build})"),
+        );
+        run_checked(Command::new(&cmake).arg("--build").arg(&build_dir), &format!("cmake --build ({build})"));
+        check_hello(&build_dir.join("hello"), &build_dir, build == "shared");
+    }
 }
 
 // ---------------------------------------------------------------- C++
