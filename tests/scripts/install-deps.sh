@@ -39,3 +39,5 @@ if [ ! -x "$sysroot/lib/rustlib/$host/bin/llvm-cov" ]; then
     echo "install-deps: adding the rustup component llvm-tools"
     rustup component add llvm-tools
 fi
+
+"$(dirname "$0")/deps-python.sh"

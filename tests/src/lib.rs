@@ -35,6 +35,7 @@ mod cli;
 pub mod http;
 pub mod lcov;
 mod oracle;
+pub mod python;
 mod runner;
 pub mod service;
 mod specs;

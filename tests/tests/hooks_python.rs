@@ -1,0 +1,841 @@
+//! The Python hook (hooks/python), end to end: installed into a venv with pip
+//! as users install it (its .pth file in site-packages), real interpreters
+//! running the fixtures of fixtures/python, a Flask app under gunicorn with
+//! four pre-forked sync workers, really requested over the hook's socket and
+//! TCP, really forked and signalled. The hook's merged reports are compared
+//! with coverage.py's own `coverage run` + `coverage lcov` of the same
+//! requests served by one process.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use livecov_tests::http::{exchange, parse_response, unix_request, Response};
+use livecov_tests::lcov::{file_ending, lines_hit, parse_lcov};
+use livecov_tests::python;
+use livecov_tests::service::{find_instance, scratch};
+use livecov_tests::{livecov_bin, run_checked, wait_for};
+
+const GROUP: &str = "py";
+
+fn poll<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_for(what, Duration::from_millis(20), f)
+}
+
+/// The statement lines of `def NAME(` in a fixture: the indented lines after
+/// it, up to the first line that is not.
+fn body_lines(fixture: &str, name: &str) -> Vec<u32> {
+    let source = std::fs::read_to_string(python::fixture_dir().join(fixture)).expect("read the fixture");
+    let lines: Vec<&str> = source.lines().collect();
+    let def = lines
+        .iter()
+        .position(|l| l.starts_with(&format!("def {name}(")))
+        .unwrap_or_else(|| panic!("no def {name} in {fixture}"));
+    let body: Vec<u32> = lines[def + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("    "))
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+        .map(|(i, _)| (def + 2 + i) as u32)
+        .collect();
+    assert!(!body.is_empty(), "def {name} in {fixture} has no body");
+    body
+}
+
+/// The number of the line of `fixture` that is `text` (indentation aside).
+fn line_of(fixture: &str, text: &str) -> u32 {
+    let source = std::fs::read_to_string(python::fixture_dir().join(fixture)).expect("read the fixture");
+    let index = source.lines().position(|l| l.trim() == text).unwrap_or_else(|| panic!("no line {text:?} in {fixture}"));
+    index as u32 + 1
+}
+
+/// The DA counts of `lines` in the record of the file ending with `file`.
+fn counts(lcov: &str, file: &str, lines: &[u32]) -> Vec<u64> {
+    let files = parse_lcov(lcov);
+    let coverage = file_ending(&files, file);
+    lines
+        .iter()
+        .map(|l| *coverage.lines.get(l).unwrap_or_else(|| panic!("no DA for line {l} of {file} in\n{lcov}")))
+        .collect()
+}
+
+fn reports(cov: &Path, instance: &str) -> (PathBuf, PathBuf) {
+    let dir = cov.join("reports");
+    (dir.join(format!("{instance}.lcov")), dir.join(format!("{instance}.json")))
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()))
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    poll(what, || child.try_wait().expect("wait for the process"))
+}
+
+// ---------------------------------------------------------------- a script
+
+/// A fixture script under the hook, in `target/tmp/py/<name>-<pid>`:
+/// `LIVECOV_DIR` is its `cov`, its stderr goes to `stderr.txt` beside it.
+struct Script {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    dir: PathBuf,
+    cov: PathBuf,
+}
+
+impl Script {
+    fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
+        let dir = scratch(GROUP, name);
+        let cov = dir.join("cov");
+        let mut cmd = python::command("python");
+        cmd.args(args).env("LIVECOV_DIR", &cov);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Script::spawn(cmd, dir, cov)
+    }
+
+    fn spawn(mut cmd: Command, dir: PathBuf, cov: PathBuf) -> Script {
+        let stderr = File::create(dir.join("stderr.txt")).expect("stderr file");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Script { child, stdin, stdout, dir, cov }
+    }
+
+    /// `plain.py` with `args`, once it said `ready`.
+    fn plain(name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
+        let mut all = vec!["plain.py"];
+        all.extend_from_slice(args);
+        let mut script = Script::start(name, &all, env);
+        let line = script.line();
+        assert!(line.starts_with("ready "), "plain.py said {line:?}; stderr: {}", script.stderr());
+        script
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read the script's output");
+        line.trim_end().to_owned()
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin still open");
+        writeln!(stdin, "{command}").and_then(|()| stdin.flush()).expect("write to the script");
+    }
+
+    /// Runs `later` in the script and waits for its answer.
+    fn call_later(&mut self) {
+        self.send("call");
+        assert_eq!(self.line(), "later 14");
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.txt")).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn instance_of(&self, pid: u32) -> String {
+        poll("the hook's socket", || find_instance(&self.cov, "python", pid))
+    }
+
+    fn instance(&self) -> String {
+        self.instance_of(self.pid())
+    }
+
+    fn socket_of(&self, pid: u32) -> PathBuf {
+        self.cov.join("sockets").join(format!("{}.sock", self.instance_of(pid)))
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.socket_of(self.pid())
+    }
+
+    fn get(&self, path: &str) -> Response {
+        unix_request(&self.socket(), "GET", path, &[])
+    }
+
+    /// `GET /coverage<query>` of process `pid`; must be a 200.
+    fn coverage_of(&self, pid: u32, query: &str) -> String {
+        let r = unix_request(&self.socket_of(pid), "GET", &format!("/coverage{query}"), &[]);
+        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
+        r.text()
+    }
+
+    fn coverage(&self, query: &str) -> String {
+        self.coverage_of(self.pid(), query)
+    }
+
+    fn socket_path_exists(&self, instance: &str) -> bool {
+        self.cov.join("sockets").join(format!("{instance}.sock")).exists()
+    }
+
+    fn wait(&mut self) -> ExitStatus {
+        self.stdin.take();
+        wait_exit(&mut self.child, "the script to end")
+    }
+
+    fn signal(&self, signal: i32) {
+        // Safety: kill(2) on our own child.
+        assert_eq!(unsafe { libc::kill(self.pid() as i32, signal) }, 0, "kill");
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- plain scripts
+
+#[test]
+fn the_hook_is_off_without_livecov_dir_and_on_with_it() {
+    let site = std::fs::read_dir(python::venv().join("lib"))
+        .expect("the venv's lib folder")
+        .flatten()
+        .map(|e| e.path().join("site-packages/livecov_hook.pth"))
+        .find(|p| p.is_file());
+    assert!(site.is_some(), "pip did not install livecov_hook.pth into the venv's site-packages");
+
+    let probe = "import sys; print(sorted(m for m in ('coverage', 'livecov_hook') if m in sys.modules))";
+    let off = run_checked(python::command("python").args(["-c", probe]), "python without LIVECOV_DIR");
+    assert_eq!(String::from_utf8_lossy(&off.stdout).trim(), "[]", "the hook imported something while off");
+    assert!(off.stderr.is_empty(), "{}", String::from_utf8_lossy(&off.stderr));
+
+    let dir = scratch(GROUP, "on");
+    let cov = dir.join("cov");
+    let on = run_checked(python::command("python").args(["-c", probe]).env("LIVECOV_DIR", &cov), "python with LIVECOV_DIR");
+    assert_eq!(String::from_utf8_lossy(&on.stdout).trim(), "['coverage', 'livecov_hook']");
+    let metadata: Vec<_> = std::fs::read_dir(cov.join("reports"))
+        .expect("reports/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(metadata.len(), 1, "one instance, one metadata file: {metadata:?}");
+    let meta = read_json(&metadata[0]);
+    assert_eq!(meta["runtime"], "python");
+    assert_eq!(meta["state"], "exited");
+    let instance = meta["instance"].as_str().expect("instance");
+    assert!(instance.starts_with(&format!("python-{}-", meta["pid"])), "{instance}");
+    assert_eq!(instance.rsplit('-').next().map(str::len), Some(16), "{instance}");
+    assert!(std::fs::read_dir(cov.join("sockets")).expect("sockets/").next().is_none(), "socket left behind");
+}
+
+#[test]
+fn a_function_is_uncovered_before_its_call_and_covered_after() {
+    let later = body_lines("plain.py", "later");
+    let mut script = Script::plain("lines", &[], &[]);
+    let instance = script.instance();
+    let before = script.coverage("");
+    assert!(counts(&before, "/plain.py", &later).iter().all(|&c| c == 0), "later ran already:\n{before}");
+    let functions = parse_lcov(&before);
+    assert_eq!(file_ending(&functions, "/plain.py").functions.get("later"), Some(&0));
+
+    script.call_later();
+    let after = script.coverage("");
+    assert!(counts(&after, "/plain.py", &later).iter().all(|&c| c == 1), "later's lines after its call:\n{after}");
+    assert_eq!(file_ending(&parse_lcov(&after), "/plain.py").functions.get("later"), Some(&1));
+    let (lcov_path, json_path) = reports(&script.cov, &instance);
+    assert_eq!(read_json(&json_path)["state"], "running");
+    assert!(!lcov_path.exists(), "a report before any flush or exit");
+
+    script.send("exit");
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    let last = std::fs::read_to_string(&lcov_path).expect("the final report");
+    assert!(counts(&last, "/plain.py", &later).iter().all(|&c| c == 1), "{last}");
+    assert_eq!(read_json(&json_path)["state"], "exited");
+    assert!(!script.socket_path_exists(&instance), "the socket outlived the process");
+    assert!(script.stderr().is_empty(), "the hook said something: {}", script.stderr());
+}
+
+#[test]
+fn reset_and_test_names_give_per_test_reports() {
+    let later = body_lines("plain.py", "later");
+    let mut script = Script::plain("reset", &[], &[]);
+    script.call_later();
+
+    let first = script.coverage("?test=first&reset=1");
+    let records = first.lines().filter(|l| l.starts_with("SF:")).count();
+    assert!(records > 0);
+    assert_eq!(first.lines().filter(|l| *l == "TN:first").count(), records, "a TN: before every record:\n{first}");
+    assert!(counts(&first, "/plain.py", &later).iter().all(|&c| c == 1));
+
+    // Nothing ran since but the script's return to its loop (which may come
+    // just after its answer): every other line is back to zero.
+    let zero = script.coverage("");
+    let wait_line = line_of("plain.py", "for line in sys.stdin:");
+    let hit: BTreeMap<_, _> = lines_hit(&zero)
+        .into_iter()
+        .map(|(file, lines)| {
+            let others: Vec<u32> = lines.into_iter().filter(|&l| !(file.ends_with("/plain.py") && l == wait_line)).collect();
+            (file, others)
+        })
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    assert!(hit.is_empty(), "lines hit after the reset: {hit:?}");
+
+    script.call_later();
+    let second = script.coverage("?test=second");
+    assert!(second.lines().any(|l| l == "TN:second"));
+    assert!(counts(&second, "/plain.py", &later).iter().all(|&c| c == 1), "{second}");
+
+    let r = unix_request(&script.socket(), "POST", "/reset", &[]);
+    assert_eq!(r.status, 204);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("livecov-instance"), Some(script.instance().as_str()));
+    let after = script.coverage("");
+    assert!(counts(&after, "/plain.py", &later).iter().all(|&c| c == 0), "{after}");
+    let summary = script.get("/coverage?format=json").json();
+    assert_eq!(summary["totals"]["lines_hit"], 0, "{summary}");
+}
+
+#[test]
+fn health_errors_and_limits() {
+    let script = Script::plain("health", &[], &[]);
+    let instance = script.instance();
+    let socket = script.socket();
+    let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode");
+
+    let health = script.get("/health");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.header("content-type"), Some("application/json"));
+    assert_eq!(health.header("livecov-instance"), Some(instance.as_str()));
+    let h = health.json();
+    assert_eq!(h["instance"], instance.as_str());
+    assert_eq!(h["runtime"], "python");
+    assert_eq!(h["pid"], script.pid());
+    assert_eq!(h["ppid"], std::process::id());
+    assert_eq!(h["state"], "running");
+    assert_eq!(h["tcp"], serde_json::Value::Null);
+    assert!(h["livecov_version"].as_str().is_some_and(|v| !v.is_empty()), "{h}");
+    assert!(h["program"].as_str().is_some_and(|p| p.ends_with("/plain.py")), "{h}");
+    assert!(h["uptime_secs"].as_f64().is_some() && h["start_time"].as_u64().is_some_and(|t| t > 0), "{h}");
+    let modules: Vec<&str> = h["modules"].as_array().expect("modules").iter().filter_map(|m| m.as_str()).collect();
+    assert!(modules.iter().any(|m| m.ends_with("/plain.py")), "{modules:?}");
+
+    let json = script.get("/coverage?format=json");
+    assert_eq!(json.status, 200);
+    assert_eq!(json.header("content-type"), Some("application/json"));
+    let summary = json.json();
+    let plain = summary["files"].as_array().expect("files").iter().find(|f| f["file"].as_str().is_some_and(|p| p.ends_with("/plain.py")));
+    assert!(plain.is_some_and(|f| f["lines"].as_u64() > Some(0)), "{summary}");
+    assert!(summary["totals"]["functions"].as_u64() >= Some(2), "{summary}");
+    assert_eq!(script.get("/coverage").header("content-type"), Some("text/plain; charset=utf-8"));
+
+    let error = |r: &Response, status: u16, needle: &str| {
+        assert_eq!(r.status, status, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.header("livecov-instance"), Some(instance.as_str()));
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let message = r.json()["error"].as_str().expect("{\"error\": ...}").to_owned();
+        assert!(message.contains(needle), "{message:?} does not say {needle:?}");
+    };
+    error(&script.get("/nowhere"), 404, "no route /nowhere");
+    let wrong_method = script.get("/reset");
+    error(&wrong_method, 405, "allowed: POST");
+    assert_eq!(wrong_method.header("allow"), Some("POST"));
+    error(&unix_request(&socket, "POST", "/coverage", &[]), 405, "allowed: GET");
+    error(&script.get("/coverage?format=profraw"), 400, "profraw");
+    error(&script.get("/coverage?format=xml"), 400, "lcov, json");
+    error(&script.get("/coverage?colour=red"), 400, "unknown query parameter");
+    error(&script.get("/coverage?reset=maybe"), 400, "reset");
+    error(&script.get("/coverage?test=a%0Ab"), 400, "control characters");
+    error(&script.get("/coverage?test=%zz"), 400, "percent-encoding");
+    error(&unix_request(&socket, "POST", "/reset", &["content-length: 100000"]), 413, "body");
+
+    // Bad clients get an answer and the program does not notice.
+    let raw = |bytes: &[u8]| {
+        let mut s = UnixStream::connect(&socket).expect("connect");
+        s.write_all(bytes).expect("send");
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).expect("read");
+        parse_response(&out)
+    };
+    error(&raw(b"NOT HTTP\r\n\r\n"), 400, "malformed");
+    let mut huge = b"GET /health HTTP/1.1\r\nx-filler: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 20_000));
+    huge.extend_from_slice(b"\r\n\r\n");
+    error(&raw(&huge), 431, "head");
+    // Two requests on one kept-alive connection.
+    let mut s = UnixStream::connect(&socket).expect("connect");
+    s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\nGET /coverage HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").expect("send");
+    let mut both = String::new();
+    s.read_to_string(&mut both).expect("read");
+    assert_eq!(both.matches("HTTP/1.1 200 OK").count(), 2, "{both}");
+
+    // Concurrent dumps all answer, with the same report (nothing runs meanwhile).
+    let bodies: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8).map(|_| scope.spawn(|| script.coverage(""))).collect();
+        handles.into_iter().map(|h| h.join().expect("dump thread")).collect()
+    });
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "concurrent dumps differ");
+    assert_eq!(script.get("/health").status, 200);
+}
+
+#[test]
+fn tcp_needs_the_bearer_token_and_the_socket_does_not() {
+    let dir = scratch(GROUP, "tcp-token");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "s3cret\n").expect("token file");
+    let token_env = token_file.display().to_string();
+    let script = Script::plain("tcp", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN_FILE", &token_env)]);
+    let instance = script.instance();
+    let address = script.get("/health").json()["tcp"].as_str().expect("the TCP address in /health").to_owned();
+    assert!(address.starts_with("127.0.0.1:") && !address.ends_with(":0"), "{address}");
+    let tcp = |headers: &[&str]| {
+        exchange(std::net::TcpStream::connect(&address).expect("connect over TCP"), "GET", "/coverage", headers)
+    };
+    for headers in [&[][..], &["authorization: Bearer wrong"], &["authorization: Basic s3cret"]] {
+        let r = tcp(headers);
+        assert_eq!(r.status, 401, "{headers:?}");
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+        assert_eq!(r.header("livecov-instance"), Some(instance.as_str()));
+        assert!(r.json()["error"].as_str().is_some_and(|e| e.contains("bearer token")));
+    }
+    let ok = tcp(&["authorization: Bearer s3cret"]);
+    assert_eq!(ok.status, 200);
+    assert!(ok.text().contains("/plain.py"), "{}", ok.text());
+    assert_eq!(script.get("/coverage").status, 200, "the Unix socket wants no token");
+}
+
+// ---------------------------------------------------------------- fork and signals
+
+#[test]
+fn a_forked_child_is_an_instance_of_its_own_counting_from_zero() {
+    let before = body_lines("forker.py", "before_fork");
+    let child_lines = body_lines("forker.py", "in_child");
+    let parent_lines = body_lines("forker.py", "in_parent");
+    let mut script = Script::start("fork", &["forker.py"], &[]);
+    let mut pids = BTreeMap::new();
+    for _ in 0..2 {
+        let line = script.line();
+        let (who, pid) = line.split_once(' ').unwrap_or_else(|| panic!("forker.py said {line:?}"));
+        pids.insert(who.to_owned(), pid.parse::<u32>().expect("pid"));
+    }
+    let (parent, child) = (pids["parent"], pids["child"]);
+    assert_eq!(parent, script.pid());
+    let parent_instance = script.instance_of(parent);
+    let child_instance = script.instance_of(child);
+    assert_ne!(parent_instance, child_instance);
+    let health = unix_request(&script.socket_of(child), "GET", "/health", &[]).json();
+    assert_eq!(health["ppid"], parent);
+    assert_eq!(health["pid"], child);
+
+    let in_child = script.coverage_of(child, "");
+    assert!(counts(&in_child, "/forker.py", &child_lines).iter().all(|&c| c == 1), "{in_child}");
+    assert!(counts(&in_child, "/forker.py", &before).iter().all(|&c| c == 0), "the parent's lines in the child:\n{in_child}");
+    assert!(counts(&in_child, "/forker.py", &parent_lines).iter().all(|&c| c == 0));
+    let in_parent = script.coverage_of(parent, "");
+    assert!(counts(&in_parent, "/forker.py", &before).iter().all(|&c| c == 1), "{in_parent}");
+    assert!(counts(&in_parent, "/forker.py", &parent_lines).iter().all(|&c| c == 1));
+    assert!(counts(&in_parent, "/forker.py", &child_lines).iter().all(|&c| c == 0));
+
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    let finals: Vec<PathBuf> = [&parent_instance, &child_instance]
+        .iter()
+        .map(|instance| {
+            let (lcov, json) = reports(&script.cov, instance);
+            assert_eq!(read_json(&json)["state"], "exited", "{instance}");
+            lcov
+        })
+        .collect();
+    // Parent and child add up to what ran: each line once.
+    let merged = run_checked(Command::new(livecov_bin()).arg("merge").args(&finals), "livecov merge");
+    let merged = String::from_utf8(merged.stdout).expect("LCOV");
+    for lines in [&before, &child_lines, &parent_lines] {
+        assert!(counts(&merged, "/forker.py", lines).iter().all(|&c| c == 1), "{merged}");
+    }
+}
+
+#[test]
+fn sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status() {
+    let later = body_lines("plain.py", "later");
+    for (signal, name) in [(libc::SIGTERM, "sigterm"), (libc::SIGINT, "sigint")] {
+        let mut script = Script::plain(name, &[], &[]);
+        let instance = script.instance();
+        script.call_later();
+        script.signal(signal);
+        let status = wait_exit(&mut script.child, "the script to die of its signal");
+        assert_eq!(status.signal(), Some(signal), "{name}: {status:?}; stderr: {}", script.stderr());
+        let (lcov, json) = reports(&script.cov, &instance);
+        let last = std::fs::read_to_string(&lcov).unwrap_or_else(|e| panic!("{name}: no final report: {e}"));
+        assert!(counts(&last, "/plain.py", &later).iter().all(|&c| c == 1), "{name}:\n{last}");
+        assert_eq!(read_json(&json)["state"], "exited", "{name}");
+        assert!(!script.socket_path_exists(&instance), "{name}: socket left behind");
+    }
+}
+
+#[test]
+fn a_program_with_its_own_sigterm_handler_keeps_it() {
+    let later = body_lines("plain.py", "later");
+    let mut script = Script::plain("own-handler", &["--own-handler"], &[]);
+    let instance = script.instance();
+    script.call_later();
+    script.signal(libc::SIGTERM);
+    assert_eq!(script.line(), "own handler");
+    let status = wait_exit(&mut script.child, "the script's own exit");
+    assert_eq!(status.code(), Some(3), "{status:?}; stderr: {}", script.stderr());
+    let (lcov, json) = reports(&script.cov, &instance);
+    let last = std::fs::read_to_string(&lcov).expect("the final report (atexit)");
+    assert!(counts(&last, "/plain.py", &later).iter().all(|&c| c == 1), "{last}");
+    assert!(counts(&last, "/plain.py", &body_lines("plain.py", "on_term")).iter().all(|&c| c == 1), "{last}");
+    assert_eq!(read_json(&json)["state"], "exited");
+}
+
+#[test]
+fn periodic_reports_survive_sigkill() {
+    let later = body_lines("plain.py", "later");
+    let mut script = Script::plain("flush", &[], &[("LIVECOV_FLUSH_SECS", "0.1")]);
+    let instance = script.instance();
+    script.call_later();
+    let (lcov, json) = reports(&script.cov, &instance);
+    poll("a periodic report with later's lines", || {
+        let text = std::fs::read_to_string(&lcov).ok()?;
+        let files = parse_lcov(&text);
+        let plain = files.iter().find(|(name, _)| name.ends_with("/plain.py"))?.1;
+        later.iter().all(|l| plain.lines.get(l) == Some(&1)).then_some(())
+    });
+    script.signal(libc::SIGKILL);
+    assert_eq!(script.wait().signal(), Some(libc::SIGKILL));
+    let last = std::fs::read_to_string(&lcov).expect("the last periodic report");
+    assert!(counts(&last, "/plain.py", &later).iter().all(|&c| c == 1), "{last}");
+    assert_eq!(read_json(&json)["state"], "running", "nobody could say it ended");
+}
+
+#[test]
+fn socket_mode_path_map_and_ignore_settings() {
+    let fixtures = python::fixture_dir().display().to_string();
+    let map = format!("{fixtures}/=/src/");
+    let script = Script::plain("settings", &[], &[("LIVECOV_SOCKET_MODE", "0660"), ("LIVECOV_PATH_MAP", &map)]);
+    let mode = std::fs::metadata(script.socket()).expect("socket").permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    let mapped = script.coverage("");
+    assert!(mapped.lines().any(|l| l == "SF:/src/plain.py"), "{mapped}");
+    assert!(!mapped.contains(&fixtures), "{mapped}");
+
+    // LIVECOV_IGNORE replaces the default: the stdlib is measured now, the
+    // script left out; the hook and coverage.py are never in a report.
+    let ignoring = Script::plain("ignore", &[], &[("LIVECOV_IGNORE", r"/plain\.py$")]);
+    let report = ignoring.coverage("");
+    let files: Vec<&str> = report.lines().filter_map(|l| l.strip_prefix("SF:")).collect();
+    assert!(!files.iter().any(|f| f.ends_with("/plain.py")), "{files:?}");
+    assert!(files.iter().any(|f| f.ends_with("/signal.py")), "the stdlib's signal.py is measured then: {files:?}");
+    assert!(!files.iter().any(|f| f.contains("/livecov_hook/") || f.contains("/coverage/")), "{files:?}");
+}
+
+#[test]
+fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_on() {
+    let mut script = Script::plain("bad-setting", &[], &[("LIVECOV_FLUSH_SECS", "soon")]);
+    script.call_later();
+    script.send("exit");
+    assert!(script.wait().success());
+    let stderr = script.stderr();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("livecov: not started: LIVECOV_FLUSH_SECS='soon'"), "{stderr}");
+    assert!(!script.cov.exists(), "the hook made its directory anyway");
+}
+
+// ---------------------------------------------------------------- gunicorn
+
+/// The requests of the comparison: every route but the one no test calls,
+/// with arguments that take different paths through the app.
+const WORKLOAD: &[(&str, &str)] = &[
+    ("GET", "/"),
+    ("GET", "/items/apple"),
+    ("GET", "/items/plum"),
+    ("GET", "/price/pear?region=us"),
+    ("GET", "/price/pear?region=mars"),
+    ("GET", "/price/plum"),
+    ("POST", "/order?apple=2&pear=1"),
+    ("POST", "/order?bread=20"),
+    ("POST", "/order?apple=x"),
+    ("POST", "/order?plum=1"),
+    ("GET", "/nowhere"),
+];
+
+/// Sends the workload three times (over several workers) and returns the
+/// statuses of the first round.
+fn send_workload(app_socket: &Path) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for round in 0..3 {
+        for (method, path) in WORKLOAD {
+            let r = unix_request(app_socket, method, path, &[]);
+            if round == 0 {
+                statuses.push(r.status);
+            }
+        }
+    }
+    statuses
+}
+
+/// gunicorn with four sync workers on a Unix socket, the hook in every process.
+struct Gunicorn {
+    child: Child,
+    dir: PathBuf,
+    cov: PathBuf,
+    app_socket: PathBuf,
+}
+
+impl Gunicorn {
+    fn start(name: &str) -> Gunicorn {
+        let dir = scratch(GROUP, name);
+        let cov = dir.join("cov");
+        let app_socket = dir.join("app.sock");
+        let log = File::create(dir.join("gunicorn.log")).expect("log file");
+        let child = python::command("gunicorn")
+            .args(["--workers", "4", "--worker-class", "sync", "--no-control-socket", "--graceful-timeout", "20"])
+            .arg("--bind")
+            .arg(format!("unix:{}", app_socket.display()))
+            .arg("app:app")
+            .env("LIVECOV_DIR", &cov)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start gunicorn");
+        let g = Gunicorn { child, dir, cov, app_socket };
+        poll("gunicorn to serve", || {
+            let s = UnixStream::connect(&g.app_socket).ok()?;
+            (exchange(s, "GET", "/", &[]).status == 200).then_some(())
+        });
+        g
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("gunicorn.log")).unwrap_or_default()
+    }
+
+    /// The master's and the four workers' sockets, once every worker has
+    /// imported the app (its report names app.py).
+    fn instances(&self) -> (PathBuf, Vec<PathBuf>) {
+        let master = self.child.id();
+        poll("the master and four workers with the app loaded", || {
+            let mut master_socket = None;
+            let mut workers = Vec::new();
+            for entry in std::fs::read_dir(self.cov.join("sockets")).ok()?.flatten() {
+                let socket = entry.path();
+                let health = std::panic::catch_unwind(|| unix_request(&socket, "GET", "/health", &[])).ok()?;
+                let health = health.json();
+                if health["pid"] == master {
+                    master_socket = Some(socket);
+                } else if health["ppid"] == master {
+                    let lcov = unix_request(&socket, "GET", "/coverage", &[]).text();
+                    if !lcov.lines().any(|l| l.starts_with("SF:") && l.ends_with("/app.py")) {
+                        return None;
+                    }
+                    workers.push(socket);
+                }
+            }
+            (workers.len() == 4).then_some((master_socket?, workers))
+        })
+    }
+}
+
+impl Drop for Gunicorn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Dumps every socket into `<dir>/<n>.lcov` and merges them with `livecov merge`.
+fn dump_and_merge(dir: &Path, sockets: &[PathBuf]) -> String {
+    let files: Vec<PathBuf> = sockets
+        .iter()
+        .enumerate()
+        .map(|(i, socket)| {
+            let r = unix_request(socket, "GET", "/coverage", &[]);
+            assert_eq!(r.status, 200);
+            let path = dir.join(format!("{i}.lcov"));
+            std::fs::write(&path, &r.body).expect("write a dump");
+            path
+        })
+        .collect();
+    merge(&files)
+}
+
+fn merge(files: &[PathBuf]) -> String {
+    let out = run_checked(Command::new(livecov_bin()).arg("merge").args(files), "livecov merge");
+    String::from_utf8(out.stdout).expect("LCOV")
+}
+
+/// What the comparison looks at in one file's records: every line (hit or
+/// not), the lines hit, every branch and the branches taken, the functions hit.
+#[derive(Debug, PartialEq)]
+struct Shape {
+    lines: BTreeSet<u32>,
+    lines_hit: BTreeSet<u32>,
+    branches: BTreeSet<(u32, String)>,
+    branches_taken: BTreeSet<(u32, String)>,
+    functions_hit: BTreeSet<String>,
+}
+
+fn shape(lcov: &str, file: &Path) -> Shape {
+    let wanted = format!("SF:{}", file.display());
+    let mut shape = Shape {
+        lines: BTreeSet::new(),
+        lines_hit: BTreeSet::new(),
+        branches: BTreeSet::new(),
+        branches_taken: BTreeSet::new(),
+        functions_hit: BTreeSet::new(),
+    };
+    let mut inside = false;
+    let mut seen = false;
+    for line in lcov.lines() {
+        if line.starts_with("SF:") {
+            inside = line == wanted;
+            seen |= inside;
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        if let Some(da) = line.strip_prefix("DA:") {
+            let mut parts = da.split(',');
+            let number: u32 = parts.next().and_then(|n| n.parse().ok()).expect("DA line");
+            shape.lines.insert(number);
+            if parts.next().is_some_and(|c| c != "0") {
+                shape.lines_hit.insert(number);
+            }
+        } else if let Some(brda) = line.strip_prefix("BRDA:") {
+            // BRDA:line,block,description,taken; coverage.py's descriptions may hold commas.
+            let (line_no, rest) = brda.split_once(',').expect("BRDA line");
+            let (_, rest) = rest.split_once(',').expect("BRDA block");
+            let (description, taken) = rest.rsplit_once(',').expect("BRDA taken");
+            let key = (line_no.parse().expect("BRDA line number"), description.to_owned());
+            if taken != "-" && taken != "0" {
+                shape.branches_taken.insert(key.clone());
+            }
+            shape.branches.insert(key);
+        } else if let Some(fnda) = line.strip_prefix("FNDA:") {
+            let (count, name) = fnda.split_once(',').expect("FNDA");
+            if count != "0" {
+                shape.functions_hit.insert(name.to_owned());
+            }
+        }
+    }
+    assert!(seen, "no record of {} in\n{lcov}", file.display());
+    shape
+}
+
+/// coverage.py's own report of the workload served by one process:
+/// `coverage run --branch serve_single.py`, then `coverage lcov`.
+fn coverage_run_oracle(dir: &Path) -> (String, Vec<u16>) {
+    let data = dir.join("oracle.coverage");
+    let socket = dir.join("single.sock");
+    let mut cmd = python::command("coverage");
+    cmd.args(["run", "--branch"])
+        .arg(format!("--data-file={}", data.display()))
+        .arg(python::fixture_dir().join("serve_single.py"))
+        .arg(&socket)
+        .current_dir(dir);
+    let mut server = Script::spawn(cmd, dir.to_owned(), dir.join("unused"));
+    assert_eq!(server.line(), "ready", "serve_single.py; stderr: {}", server.stderr());
+    let statuses = send_workload(&socket);
+    assert!(server.wait().success(), "coverage run serve_single.py: {}", server.stderr());
+    let lcov = dir.join("oracle.lcov");
+    run_checked(
+        python::command("coverage")
+            .arg("lcov")
+            .arg(format!("--data-file={}", data.display()))
+            .arg("-o")
+            .arg(&lcov)
+            .current_dir(dir),
+        "coverage lcov",
+    );
+    (std::fs::read_to_string(&lcov).expect("oracle.lcov"), statuses)
+}
+
+#[test]
+fn gunicorn_workers_merged_equal_coverage_run_of_the_same_requests() {
+    let gunicorn = Gunicorn::start("gun-merge");
+    let (master, workers) = gunicorn.instances();
+    let statuses = send_workload(&gunicorn.app_socket);
+    let mut sockets = workers.clone();
+    sockets.push(master);
+    let merged = dump_and_merge(&gunicorn.dir, &sockets);
+    let (oracle, oracle_statuses) = coverage_run_oracle(&gunicorn.dir);
+    assert_eq!(statuses, oracle_statuses, "gunicorn and the single process answered differently");
+
+    let fixtures = python::fixture_dir();
+    for file in ["app.py", "inventory.py"] {
+        let path = fixtures.join(file);
+        let (ours, theirs) = (shape(&merged, &path), shape(&oracle, &path));
+        assert_eq!(ours, theirs, "{file}: the workers' merged report differs from coverage run");
+        // A comparison that could fail: some lines and branches are hit, some are not.
+        assert!(!ours.lines_hit.is_empty() && ours.lines_hit.len() < ours.lines.len(), "{file}: {ours:?}");
+        assert!(!ours.branches_taken.is_empty() && !ours.functions_hit.is_empty(), "{file}: {ours:?}");
+    }
+    let inventory = shape(&merged, &fixtures.join("inventory.py"));
+    assert!(inventory.branches_taken.len() < inventory.branches.len(), "{inventory:?}");
+    let restock = body_lines("inventory.py", "restock");
+    assert!(counts(&merged, "/inventory.py", &restock).iter().all(|&c| c == 0), "no route calls restock");
+    let discount = body_lines("inventory.py", "bulk_discount");
+    assert!(counts(&merged, "/inventory.py", &discount[..1]).iter().all(|&c| c >= 1), "an order over 50.00 ran");
+    // The SF lines of the workers' files are those of coverage.py.
+    let ours: BTreeSet<_> = merged.lines().filter(|l| l.starts_with("SF:") && l.contains("fixtures/python")).collect();
+    let theirs: BTreeSet<_> = oracle
+        .lines()
+        .filter(|l| l.starts_with("SF:") && l.contains("fixtures/python") && !l.ends_with("serve_single.py"))
+        .collect();
+    assert_eq!(ours, theirs, "log: {}", gunicorn.log());
+}
+
+#[test]
+fn sigterm_to_the_gunicorn_master_leaves_the_final_reports_of_every_worker() {
+    let mut gunicorn = Gunicorn::start("gun-term");
+    let (master, workers) = gunicorn.instances();
+    send_workload(&gunicorn.app_socket);
+    let mut sockets = workers.clone();
+    sockets.push(master);
+    let instances: Vec<String> = sockets
+        .iter()
+        .map(|s| s.file_stem().and_then(|n| n.to_str()).expect("instance").to_owned())
+        .collect();
+    let live = dump_and_merge(&gunicorn.dir, &sockets);
+
+    // Safety: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(gunicorn.child.id() as i32, libc::SIGTERM) }, 0);
+    let status = wait_exit(&mut gunicorn.child, "gunicorn to stop");
+    assert!(status.success(), "gunicorn's master after SIGTERM: {status:?}\n{}", gunicorn.log());
+
+    let mut finals = Vec::new();
+    for instance in &instances {
+        let (lcov, json) = reports(&gunicorn.cov, instance);
+        assert_eq!(read_json(&json)["state"], "exited", "{instance}\n{}", gunicorn.log());
+        assert!(lcov.is_file(), "{instance} left no final report\n{}", gunicorn.log());
+        finals.push(lcov);
+    }
+    for worker in &finals[..4] {
+        let text = std::fs::read_to_string(worker).expect("a worker's final report");
+        assert!(text.lines().any(|l| l.starts_with("SF:") && l.ends_with("/app.py")), "{}", worker.display());
+    }
+    let sockets_left: Vec<_> = std::fs::read_dir(gunicorn.cov.join("sockets")).expect("sockets/").flatten().collect();
+    assert!(sockets_left.is_empty(), "{sockets_left:?}");
+    // Nothing ran between the live dumps and the SIGTERM: the final reports say the same.
+    let merged_finals = merge(&finals);
+    let fixtures = python::fixture_dir();
+    for file in ["app.py", "inventory.py"] {
+        let path = fixtures.join(file);
+        assert_eq!(shape(&merged_finals, &path), shape(&live, &path), "{file}");
+    }
+}
