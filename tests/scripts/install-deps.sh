@@ -40,4 +40,5 @@ if [ ! -x "$sysroot/lib/rustlib/$host/bin/llvm-cov" ]; then
     rustup component add llvm-tools
 fi
 
+"$(dirname "$0")/deps-node.sh"
 "$(dirname "$0")/deps-python.sh"
