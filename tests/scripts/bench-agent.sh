@@ -22,7 +22,10 @@
 #    each (one pair is at the mercy of whatever else the machine runs).
 #
 # Both programs are built as users build them: `cargo build` (debug) with
-# -C instrument-coverage, the agent compiled into them as a dependency.
+# -C instrument-coverage, the agent compiled into them as a dependency;
+# fixtures/service with its dependencies (the agent among them) optimized,
+# as docs/agent.md recommends, fixtures/large without (its dependencies are
+# what it reports).
 # Every loop is bounded in count and time; only loopback addresses. Run from
 # anywhere, or at the end of `make bench`; not part of CI.
 set -euo pipefail
@@ -36,12 +39,12 @@ rounds=${BENCH_AGENT_ROUNDS:-3}
 dump_period_ms=100
 
 # --- tools -------------------------------------------------------------------
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-    echo "bench-agent: installing wrk and curl"
+if ! command -v wrk >/dev/null || ! command -v curl >/dev/null || ! command -v python3 >/dev/null; then
+    echo "bench-agent: installing wrk, curl and python3"
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl python3 >/dev/null
 fi
 source "$root/tests/scripts/bench-common.sh"
 
@@ -263,20 +266,40 @@ wrk_run() { # wrk_run SECS OUT: prints requests/s
     wrk -t1 -c4 -d"$1s" --timeout 5s "$url" >"$2" 2>&1 || { echo "bench-agent: wrk failed:" >&2; cat "$2" >&2; exit 1; }
     awk '/^Requests\/sec:/ { print $2 }' "$2"
 }
-# dump_loop SECS OUT: a dump every 100 ms, for at most SECS s and SECS * 10 + 1 dumps.
+# dump_loop SECS OUT: a dump every 100 ms, for at most SECS s, from one
+# Python process on one Unix-socket connection per dump (a curl, date and awk
+# per dump would cost the machine more than the dump itself); appends each
+# dump's time (ms, request to last byte) to OUT.
 dump_loop() {
-    local end=$(($(now_ns) + $1 * 1000000000)) next n=0
-    next=$(now_ns)
-    while [ "$(now_ns)" -lt "$end" ] && [ "$n" -le $(($1 * 1000 / dump_period_ms)) ]; do
-        dump "$ssock" /coverage "$sdir/loop.lcov" >>"$2" || echo failed >>"$sdir/dump_failures"
-        n=$((n + 1))
-        next=$((next + dump_period_ms * 1000000))
-        local wait_ns=$((next - $(now_ns)))
-        if [ "$wait_ns" -gt 0 ]; then
-            sleep "$(awk -v n="$wait_ns" 'BEGIN { printf "%.3f", n / 1e9 }')"
-        fi
-    done
-    return 0
+    python3 - "$ssock" "$1" "$dump_period_ms" "$2" "$sdir/dump_failures" <<'EOF'
+import socket, sys, time
+path, secs, period_ms, out, failures = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+request = b"GET /coverage HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+times, failed = [], 0
+start = time.monotonic()
+next_at = start
+while time.monotonic() - start < secs:
+    t0 = time.monotonic()
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(120)
+            s.connect(path)
+            s.sendall(request)
+            answer = b"".join(iter(lambda: s.recv(1 << 16), b""))
+        if not answer.startswith(b"HTTP/1.1 200"):
+            raise OSError(answer[:200])
+        times.append((time.monotonic() - t0) * 1000)
+    except OSError as e:
+        failed += 1
+        print(f"bench-agent: a dump failed: {e}", file=sys.stderr)
+    next_at += period_ms / 1000
+    time.sleep(max(0.0, next_at - time.monotonic()))
+with open(out, "a") as f:
+    f.writelines(f"{t:.3f}\n" for t in times)
+if failed:
+    with open(failures, "a") as f:
+        f.write(f"{failed}\n")
+EOF
 }
 
 echo
@@ -307,7 +330,7 @@ awk -v v="$rps_dumps" -v n="$(wc -l <"$sdir/t_dumps")" -v m="$(median <"$sdir/t_
 awk -v a="$rps_none" -v b="$rps_dumps" \
     'BEGIN { r = 100 * b / a; printf "throughput under dumps: %.1f%% of without (goal: at least 95%%): %s\n", r, (r >= 95 ? "met" : "NOT met") }'
 if [ -s "$sdir/dump_failures" ]; then
-    echo "   $(wc -l <"$sdir/dump_failures") dumps failed during the load (service stderr: $sdir/stderr)"
+    echo "   $(awk '{ n += $1 } END { print n }' "$sdir/dump_failures") dumps failed during the load (service stderr: $sdir/stderr)"
 fi
 for f in "$sdir"/wrk-none-* "$sdir"/wrk-dumps-*; do
     if grep -qE 'Socket errors|Non-2xx' "$f"; then

@@ -35,6 +35,13 @@ pub struct Engine {
 /// A function's identity in the counters: name reference and hash.
 type Key = (u64, u64);
 
+/// The functions whose counters changed since the last dump: their keys,
+/// and per module the indices of their records.
+struct Changed {
+    keys: FxHashSet<Key>,
+    records: Vec<Vec<usize>>,
+}
+
 /// What the last report was made from, so that the next one recomputes
 /// only the records of files whose functions ran since: between two dumps
 /// of a service most code did not run, and the agent's own code (which
@@ -51,8 +58,13 @@ struct Incremental {
     hashes: FxHashMap<u64, Vec<u64>>,
     /// The mapping functions of each key.
     functions: FxHashMap<Key, Vec<usize>>,
-    /// Per file: its record, `None` when it is not in the report.
-    files: FxHashMap<FileName, Option<String>>,
+    /// The mapping functions of each file (indexed by `FileName`),
+    /// ascending: a dump recomputes the files whose functions ran without
+    /// looking at every function of the program.
+    functions_of_file: Vec<Vec<usize>>,
+    /// Per file (indexed by `FileName`): its record, `None` when it is
+    /// not in the report.
+    files: Vec<Option<String>>,
     report: String,
     /// Set when the last whole merge had no warnings (names all resolved,
     /// counter counts agree): only then are merged counts updated key by key.
@@ -197,8 +209,15 @@ impl Engine {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.functions.is_empty() {
+            self.last.functions_of_file = vec![Vec::new(); self.mapping.files.len()];
             for (i, f) in self.mapping.functions.iter().enumerate() {
                 self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
+                for &file in &f.filenames {
+                    let of_file = &mut self.last.functions_of_file[file as usize];
+                    if of_file.last() != Some(&i) {
+                        of_file.push(i);
+                    }
+                }
             }
         }
         let incremental = !reset
@@ -207,7 +226,7 @@ impl Engine {
             && self.last.modules.len() == self.modules.len();
         if incremental {
             let changed = self.changed_since_last()?;
-            if changed.is_empty() {
+            if changed.keys.is_empty() {
                 return Ok(self.last.report.clone());
             }
             return self.report(options, Some(changed));
@@ -232,8 +251,10 @@ impl Engine {
             states.push(ModuleRecords { records, spans, relevant, counters: snap.counters });
         }
         let functions = std::mem::take(&mut self.last.functions);
+        let functions_of_file = std::mem::take(&mut self.last.functions_of_file);
         self.last.forget();
         self.last.functions = functions;
+        self.last.functions_of_file = functions_of_file;
         self.last.modules = states;
         self.last.written_with = written_with;
         self.report(options, None)
@@ -252,8 +273,8 @@ impl Engine {
 
     /// Reads the counters of reported functions from memory and compares
     /// them with the last dump's; decodes and keeps those that changed.
-    fn changed_since_last(&mut self) -> Result<FxHashSet<Key>> {
-        let mut changed = FxHashSet::default();
+    fn changed_since_last(&mut self) -> Result<Changed> {
+        let mut changed = Changed { keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
         let mut bytes = Vec::new();
         for (i, (m, state)) in self.modules.iter().zip(&mut self.last.modules).enumerate() {
             let Some(_pin) = Pin::new(&m.id, self.ids.first() == Some(&m.id)) else {
@@ -273,7 +294,8 @@ impl Engine {
                     last.copy_from_slice(&bytes);
                     let record = &mut state.records[j];
                     record.counters = profile::decode_counters(&m.layout, &bytes, j)?;
-                    changed.insert((record.name_ref, record.hash));
+                    changed.keys.insert((record.name_ref, record.hash));
+                    changed.records[i].push(j);
                 }
             }
         }
@@ -283,7 +305,7 @@ impl Engine {
     /// Merges the records of `changed` functions (all, when `None`) as
     /// llvm-profdata would, and recomputes the records of the files those
     /// functions touch.
-    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<FxHashSet<Key>>) -> Result<String> {
+    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<String> {
         let lcov_options = lcov::Options {
             ignore_filename_regex: options.ignore.to_vec(),
             no_demangle: !options.demangle,
@@ -293,13 +315,11 @@ impl Engine {
         let last = &mut self.last;
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
-        for (m, state) in self.modules.iter().zip(&last.modules) {
-            let selected = state
-                .records
-                .iter()
-                .filter(|r| changed.as_ref().is_none_or(|c| c.contains(&(r.name_ref, r.hash))))
-                .cloned()
-                .collect();
+        for (i, (m, state)) in self.modules.iter().zip(&last.modules).enumerate() {
+            let selected = match &changed {
+                None => state.records.clone(),
+                Some(changed) => changed.records[i].iter().map(|&j| state.records[j].clone()).collect(),
+            };
             counters.add(RawProfile {
                 version: m.layout.version,
                 variant: m.layout.variant,
@@ -325,7 +345,7 @@ impl Engine {
             }
             Some(changed) => {
                 let mut files = FxHashSet::default();
-                for key in changed {
+                for key in &changed.keys {
                     match counters.lookup(key.0, key.1) {
                         Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
                         _ => last.merged.remove(key),
@@ -342,9 +362,11 @@ impl Engine {
         // The records of those files, from every function that touches them.
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
         let wanted: FxHashSet<FileName> = changed_files.iter().copied().filter(|&f| !ignored(f)).collect();
-        let functions = (0..self.mapping.functions.len())
-            .filter(|&i| self.mapping.functions[i].filenames.iter().any(|f| wanted.contains(f)));
-        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), functions);
+        let mut functions: Vec<usize> =
+            wanted.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
+        functions.sort_unstable();
+        functions.dedup();
+        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), functions.into_iter());
         let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
         let mut records = Vec::new();
         for file in changed_files {
@@ -356,8 +378,11 @@ impl Engine {
             records.push((file, record));
         }
         drop(coverage);
-        last.files.extend(records);
-        last.report = self.files.iter().filter_map(|f| last.files.get(f)?.as_deref()).collect();
+        last.files.resize(self.mapping.files.len(), None);
+        for (file, record) in records {
+            last.files[file as usize] = record;
+        }
+        last.report = self.files.iter().filter_map(|&f| last.files[f as usize].as_deref()).collect();
         Ok(last.report.clone())
     }
 
