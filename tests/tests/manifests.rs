@@ -630,6 +630,8 @@ fn check_livecov_containers(b: &Bundle, binary: Option<&str>, p: &mut Vec<String
     let mut images = BTreeSet::new();
     let (mut pod_keys, mut aggregator_keys) = (BTreeSet::new(), BTreeSet::new());
     let (mut pod_sidecars, mut aggregators) = (0, 0);
+    // Per pod sidecar: its preStop sleep and the pod's grace period; the aggregators' poll intervals.
+    let (mut drains, mut polls) = (Vec::new(), Vec::new());
     for pod in &pods {
         for c in pod.containers().iter().filter(|c| is_livecov(c)) {
             let at = format!("{}, container {}", pod.at, container_name(c));
@@ -659,9 +661,13 @@ fn check_livecov_containers(b: &Bundle, binary: Option<&str>, p: &mut Vec<String
             let (own, targets) = (key_of("--token-file"), key_of("--target-token-file"));
             for dir in flag_values(&args, "--dir") {
                 pod_sidecars += 1;
+                let sleep = strs(&c["lifecycle"]["preStop"]["exec"]["command"]);
+                let sleep = sleep.first().filter(|cmd| cmd.ends_with("/sleep")).and_then(|_| sleep.last()?.parse::<i64>().ok());
+                drains.push((at.clone(), sleep, pod.spec["terminationGracePeriodSeconds"].as_i64().unwrap_or(30)));
                 pod_keys.extend(own.clone());
                 check_coverage_dir(pod, c, dir, &at, p);
             }
+            polls.extend(flag_values(&args, "--poll-interval").iter().filter_map(|s| s.parse::<i64>().ok()));
             for spec in flag_values(&args, "--replicas") {
                 aggregators += 1;
                 aggregator_keys.extend(targets.clone());
@@ -687,6 +693,18 @@ fn check_livecov_containers(b: &Bundle, binary: Option<&str>, p: &mut Vec<String
     }
     if pod_sidecars == 0 || aggregators == 0 {
         p.push(format!("fixtures/k8s: {pod_sidecars} pod sidecar(s) (sidecar --dir) and {aggregators} aggregator(s) (sidecar --replicas); one of each is the point"));
+    }
+    // A deleted pod's sidecar outlives its processes' final reports by more
+    // than a poll interval, within the grace period.
+    let poll = polls.iter().max().copied().unwrap_or(0);
+    for (at, sleep, grace) in drains {
+        match sleep {
+            Some(s) if s > poll && s < grace => {}
+            _ => p.push(format!(
+                "{at}: preStop sleep {sleep:?} is not longer than the aggregator's --poll-interval {poll} and shorter than the grace period {grace}: \
+                 what a deleted pod counted after the last poll would be lost"
+            )),
+        }
     }
     // What the aggregator sends is what the pods require.
     if pod_keys.len() > 1 || (!aggregator_keys.is_empty() && aggregator_keys != pod_keys) {
@@ -1009,7 +1027,7 @@ fn checker_reports_drift() {
     let original = Bundle::load();
     assert_eq!(problems(&original), Vec::<String>::new(), "the manifests must pass before they are broken");
     type Mutation = (&'static str, &'static str, fn(&mut Bundle));
-    let mutations: [Mutation; 12] = [
+    let mutations: [Mutation; 13] = [
         ("a pod label", "Service service-coverage: its selector", |b| {
             *b.find_mut("Deployment", "service").pointer_mut("/spec/template/metadata/labels/app.kubernetes.io~1name").unwrap() = "svc".into();
         }),
@@ -1027,6 +1045,9 @@ fn checker_reports_drift() {
         }),
         ("the headless Service's port name", "--replicas srv:_coverage._tcp.service-coverage: Service service-coverage has no such port", |b| {
             *b.find_mut("Service", "service-coverage").pointer_mut("/spec/ports/0/name").unwrap() = "cov".into();
+        }),
+        ("the aggregator's poll interval", "preStop sleep Some(20) is not longer than the aggregator's --poll-interval 30", |b| {
+            *b.find_mut("Deployment", "livecov-aggregator").pointer_mut("/spec/template/spec/containers/0/args/8").unwrap() = "30".into();
         }),
         ("the port of a dns: spec", "--replicas dns:service-coverage:8080: Service service-coverage has no such port", |b| {
             *b.find_mut("Deployment", "livecov-aggregator").pointer_mut("/spec/template/spec/containers/0/args/2").unwrap() = "dns:service-coverage:8080".into();
@@ -1240,13 +1261,18 @@ fn pod_sidecar_and_aggregator_run_as_the_manifests_say() {
     let row = aggregator.targets().into_iter().find(|t| t["source"] == spec.as_str()).expect("a target from --replicas");
     assert_eq!((row["instance"].as_str(), row["state"].as_str()), (Some(sidecar.instance.as_str()), Some("running")), "{row}");
 
-    // The pod goes away: its coverage stays in the aggregator's merge.
+    // The pod is deleted: the kubelet sends SIGTERM to the service, whose
+    // agent writes a final report, while the sidecar sleeps in preStop; the
+    // aggregator's next round takes that report (with /fib, never polled
+    // before), and keeps it after the sidecar is gone too.
     service.get("/fib?n=12");
-    let before = aggregator.coverage("");
-    let fib = function_count(&before, "handlers::fib");
-    assert!(fib >= 1, "{before}");
+    unsafe { libc::kill(service.child.id() as i32, libc::SIGTERM) };
+    let status = service.child.wait().expect("wait for the service");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGTERM), "{status}");
+    let last = aggregator.coverage("");
+    let fib = function_count(&last, "handlers::fib");
+    assert!(fib >= 1, "the aggregator missed the final report of the terminated service:\n{last}");
     drop(sidecar);
-    service.kill();
     let after = aggregator.coverage("");
     assert_eq!(function_count(&after, "handlers::fib"), fib, "the gone pod's coverage changed:\n{after}");
     let row = aggregator.targets().into_iter().find(|t| t["source"] == spec.as_str()).expect("the gone pod's row");
