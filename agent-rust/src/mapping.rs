@@ -200,6 +200,7 @@ impl CoverageMapping {
         let mut tables = FilenameTables::default();
         let mut bytes = Bytes::new(covmap, 0, endian, "coverage mapping header (__llvm_covmap)");
         let mut version = None;
+        let mut inflater = Inflater::default();
         while !bytes.is_empty() {
             let header_at = bytes.position();
             let _n_records = bytes.u32()?;
@@ -221,7 +222,7 @@ impl CoverageMapping {
             }
             let mut table = bytes.split(filenames_size as usize, "coverage mapping filenames")?;
             let hash = profile::name_ref_bytes(table_bytes(covmap, &table));
-            let filenames = read_filenames(&mut table, this_version)?;
+            let filenames = read_filenames(&mut table, this_version, &mut inflater)?;
             let ids: Vec<FileName> = filenames.into_iter().map(|f| self.intern(f)).collect();
             tables.insert(hash, ids);
             bytes.align(8).or_else(|_| bytes.skip(bytes.remaining()))?;
@@ -351,7 +352,7 @@ impl FilenameTables {
 }
 
 /// Decodes a filename table: count, then (possibly zlib-compressed) names.
-fn read_filenames(bytes: &mut Bytes<'_>, version: u32) -> Result<Vec<String>> {
+fn read_filenames<'a>(bytes: &mut Bytes<'a>, version: u32, inflater: &mut Inflater<'a>) -> Result<Vec<String>> {
     let count = bytes.uleb()?;
     if count == 0 {
         return Err(bytes.error("filename table is empty"));
@@ -363,7 +364,8 @@ fn read_filenames(bytes: &mut Bytes<'_>, version: u32) -> Result<Vec<String>> {
         return read_filename_list(bytes, count, version);
     }
     let compressed = bytes.take(compressed_len)?;
-    let plain = inflate(compressed, uncompressed_len)
+    let plain = inflater
+        .inflate(compressed, uncompressed_len)
         .map_err(|detail| bytes.error_at(compressed_at, format!("filename table: {detail}")))?;
     let mut inner = Bytes::new(&plain, 0, bytes.endian(), "decompressed filename table");
     read_filename_list(&mut inner, count, version)
@@ -388,24 +390,42 @@ fn read_filename_list(bytes: &mut Bytes<'_>, count: u64, version: u32) -> Result
     Ok(names)
 }
 
-/// Inflates zlib data whose uncompressed length the format states up front.
-pub(crate) fn inflate(compressed: &[u8], expected_len: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    // Cap the allocation by what zlib can expand to (about 1032:1), so a
-    // forged length cannot reserve gigabytes.
-    let cap = (compressed.len() as u64).saturating_mul(1032).min(expected_len);
-    let mut out = Vec::with_capacity(cap as usize);
-    flate2::read::ZlibDecoder::new(compressed)
-        .take(expected_len)
-        .read_to_end(&mut out)
-        .map_err(|e| format!("zlib data does not inflate: {e}"))?;
-    if out.len() as u64 != expected_len {
-        return Err(format!(
-            "zlib data inflates to {} bytes, header says {expected_len}",
-            out.len()
-        ));
+/// Inflates the zlib data of filename tables. One decoder serves every
+/// table of an object: setting one up costs more than inflating a table
+/// (there is one per compilation unit).
+#[derive(Default)]
+struct Inflater<'a> {
+    decoder: Option<flate2::bufread::ZlibDecoder<&'a [u8]>>,
+}
+
+impl<'a> Inflater<'a> {
+    /// Inflates `compressed`, whose uncompressed length the format states
+    /// up front.
+    fn inflate(&mut self, compressed: &'a [u8], expected_len: u64) -> Result<Vec<u8>, String> {
+        use std::io::Read;
+        let decoder = match &mut self.decoder {
+            Some(decoder) => {
+                decoder.reset(compressed);
+                decoder
+            }
+            None => self.decoder.insert(flate2::bufread::ZlibDecoder::new(compressed)),
+        };
+        // Cap the allocation by what zlib can expand to (about 1032:1), so a
+        // forged length cannot reserve gigabytes.
+        let cap = (compressed.len() as u64).saturating_mul(1032).min(expected_len);
+        let mut out = Vec::with_capacity(cap as usize);
+        decoder
+            .take(expected_len)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("zlib data does not inflate: {e}"))?;
+        if out.len() as u64 != expected_len {
+            return Err(format!(
+                "zlib data inflates to {} bytes, header says {expected_len}",
+                out.len()
+            ));
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
 /// Joins a relative file name to the compilation directory and removes `.`

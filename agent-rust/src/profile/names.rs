@@ -50,6 +50,9 @@ pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Re
     let mut names = Vec::new();
     // LEB128 numbers have no byte order: the cursor's endianness is unused.
     let mut cur = Bytes::new(bytes, base, Endian::Little, what);
+    // One inflater for every chunk: setting one up costs more than
+    // inflating a typical chunk (one per compilation unit).
+    let mut z: Option<Decompress> = None;
     while !cur.is_empty() {
         let chunk_start = cur.offset();
         let plain_len = cur.uleb()?;
@@ -62,7 +65,14 @@ pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Re
         } else {
             let len = bounded(&cur, compressed_len, "compressed names")?;
             let packed = cur.take(len)?;
-            let text = inflate(packed, plain_len).map_err(|detail| {
+            let z = match &mut z {
+                Some(z) => {
+                    z.reset(true);
+                    z
+                }
+                None => z.insert(Decompress::new(true)),
+            };
+            let text = inflate(z, packed, plain_len).map_err(|detail| {
                 Error::malformed(
                     what,
                     chunk_start,
@@ -118,11 +128,11 @@ fn split_names(
 
 /// Inflates one zlib stream that must produce at most `declared` bytes (as
 /// zlib's `uncompress` into a buffer of that size: more output is an error,
-/// trailing input after the end of the stream is ignored). Output grows with
-/// what the stream really produces, never by the declared length alone.
-fn inflate(packed: &[u8], declared: u64) -> Result<Vec<u8>, String> {
+/// trailing input after the end of the stream is ignored), with `z` fresh
+/// or reset. Output grows with what the stream really produces, never by the
+/// declared length alone.
+fn inflate(z: &mut Decompress, packed: &[u8], declared: u64) -> Result<Vec<u8>, String> {
     const STEP: usize = 64 * 1024;
-    let mut z = Decompress::new(true);
     let mut out: Vec<u8> = Vec::new();
     loop {
         if out.len() == out.capacity() {
