@@ -30,18 +30,22 @@ impl<'a> Bytes<'a> {
     }
 
     /// Absolute offset of the next byte to read.
+    #[inline]
     pub fn offset(&self) -> u64 {
         self.base + self.pos as u64
     }
 
+    #[inline]
     pub fn position(&self) -> usize {
         self.pos
     }
 
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.data.len() - self.pos
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.remaining() == 0
     }
@@ -59,25 +63,35 @@ impl<'a> Bytes<'a> {
         Error::malformed(self.what, self.base + position as u64, detail)
     }
 
+    #[inline]
     pub fn take(&mut self, len: usize) -> Result<&'a [u8]> {
         if len > self.remaining() {
-            return Err(self.error(format!(
-                "needs {len} bytes but only {} remain (truncated?)",
-                self.remaining()
-            )));
+            return Err(self.short_read(len));
         }
         let bytes = &self.data[self.pos..self.pos + len];
         self.pos += len;
         Ok(bytes)
     }
 
+    // Kept out of line: the readers' loops stay small without the message.
+    #[cold]
+    #[inline(never)]
+    fn short_read(&self, len: usize) -> Error {
+        self.error(format!(
+            "needs {len} bytes but only {} remain (truncated?)",
+            self.remaining()
+        ))
+    }
+
     /// A cursor over the next `len` bytes, which this one skips.
+    #[inline]
     pub fn split(&mut self, len: usize, what: &'static str) -> Result<Bytes<'a>> {
         let base = self.offset();
         let data = self.take(len)?;
         Ok(Bytes { data, pos: 0, base, endian: self.endian, what })
     }
 
+    #[inline]
     pub fn skip(&mut self, len: usize) -> Result<()> {
         self.take(len).map(|_| ())
     }
@@ -91,16 +105,25 @@ impl<'a> Bytes<'a> {
         Ok(())
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
+        match self.data.get(self.pos..self.pos.wrapping_add(N)) {
+            Some(bytes) => {
+                self.pos += N;
+                let mut out = [0; N];
+                out.copy_from_slice(bytes);
+                Ok(out)
+            }
+            None => Err(self.short_read(N)),
+        }
     }
 
+    #[inline]
     pub fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline]
     pub fn u16(&mut self) -> Result<u16> {
         let b = self.array()?;
         Ok(match self.endian {
@@ -109,6 +132,7 @@ impl<'a> Bytes<'a> {
         })
     }
 
+    #[inline]
     pub fn u32(&mut self) -> Result<u32> {
         let b = self.array()?;
         Ok(match self.endian {
@@ -117,6 +141,7 @@ impl<'a> Bytes<'a> {
         })
     }
 
+    #[inline]
     pub fn u64(&mut self) -> Result<u64> {
         let b = self.array()?;
         Ok(match self.endian {
@@ -126,6 +151,7 @@ impl<'a> Bytes<'a> {
     }
 
     /// A pointer-sized field: u32 in 32-bit inputs, u64 otherwise.
+    #[inline]
     pub fn pointer(&mut self, is_64: bool) -> Result<u64> {
         if is_64 {
             self.u64()
@@ -135,6 +161,7 @@ impl<'a> Bytes<'a> {
     }
 
     /// An unsigned LEB128 number of at most 64 bits.
+    #[inline]
     pub fn uleb(&mut self) -> Result<u64> {
         // Most numbers in coverage mappings fit in one byte.
         if let Some(&byte) = self.data.get(self.pos) {
@@ -143,6 +170,10 @@ impl<'a> Bytes<'a> {
                 return Ok(u64::from(byte));
             }
         }
+        self.uleb_long()
+    }
+
+    fn uleb_long(&mut self) -> Result<u64> {
         let start = self.pos;
         let mut value = 0u64;
         let mut shift = 0;
@@ -161,23 +192,37 @@ impl<'a> Bytes<'a> {
     }
 
     /// A LEB128 number that must fit in 32 bits (counts, indices, lines).
+    #[inline]
     pub fn uleb32(&mut self) -> Result<u32> {
         let start = self.pos;
         let v = self.uleb()?;
-        u32::try_from(v).map_err(|_| self.error_at(start, format!("value {v} does not fit in 32 bits")))
+        match u32::try_from(v) {
+            Ok(v) => Ok(v),
+            Err(_) => Err(self.too_large(start, v)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn too_large(&self, start: usize, v: u64) -> Error {
+        self.error_at(start, format!("value {v} does not fit in 32 bits"))
     }
 
     /// A LEB128 length of something that follows, checked against what remains.
+    #[inline]
     pub fn uleb_len(&mut self) -> Result<usize> {
         let start = self.pos;
         let v = self.uleb()?;
         if v > self.remaining() as u64 {
-            return Err(self.error_at(
-                start,
-                format!("length {v} exceeds the {} bytes that remain", self.remaining()),
-            ));
+            return Err(self.too_long(start, v));
         }
         Ok(v as usize)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn too_long(&self, start: usize, v: u64) -> Error {
+        self.error_at(start, format!("length {v} exceeds the {} bytes that remain", self.remaining()))
     }
 }
 
