@@ -732,6 +732,13 @@ fn check_coverage_dir(pod: &Pod, sidecar: &Value, dir: &str, at: &str, p: &mut V
     if writers.is_empty() {
         p.push(format!("{at}: --dir {dir} (volume {volume}) is where no container of the pod has its LIVECOV_DIR"));
     }
+    // Agent sockets are mode 0600: the sidecar must be their user.
+    let uid = |c: &Value| c["securityContext"]["runAsUser"].as_i64().or(pod.spec["securityContext"]["runAsUser"].as_i64());
+    for writer in pod.containers().iter().filter(|c| writers.contains(&container_name(c))) {
+        if uid(sidecar).is_none() || uid(sidecar) != uid(writer) {
+            p.push(format!("{at}: runs as user {:?}, container {} as {:?}; it could not open the agents' sockets", uid(sidecar), container_name(writer), uid(writer)));
+        }
+    }
 }
 
 /// The headless Service and port that a `--replicas` spec names, checked:
@@ -1027,7 +1034,7 @@ fn checker_reports_drift() {
     let original = Bundle::load();
     assert_eq!(problems(&original), Vec::<String>::new(), "the manifests must pass before they are broken");
     type Mutation = (&'static str, &'static str, fn(&mut Bundle));
-    let mutations: [Mutation; 13] = [
+    let mutations: [Mutation; 14] = [
         ("a pod label", "Service service-coverage: its selector", |b| {
             *b.find_mut("Deployment", "service").pointer_mut("/spec/template/metadata/labels/app.kubernetes.io~1name").unwrap() = "svc".into();
         }),
@@ -1036,6 +1043,9 @@ fn checker_reports_drift() {
         }),
         ("the service's LIVECOV_DIR", "LIVECOV_DIR=/var/cov is not a mounted volume", |b| {
             *b.find_mut("Deployment", "service").pointer_mut("/spec/template/spec/containers/0/env/0/value").unwrap() = "/var/cov".into();
+        }),
+        ("the sidecar's user", "it could not open the agents' sockets", |b| {
+            *b.find_mut("Deployment", "service").pointer_mut("/spec/template/spec/containers/1/securityContext").unwrap() = serde_json::json!({"runAsUser": 1000});
         }),
         ("a Secret key", "has no key pod-token", |b| {
             b.find_mut("Secret", "livecov-tokens")["stringData"].as_object_mut().unwrap().remove("pod-token");
