@@ -279,14 +279,16 @@ fn reset_and_test_names_give_per_test_reports() {
     assert_eq!(first.lines().filter(|l| *l == "TN:first").count(), records, "a TN: before every record:\n{first}");
     assert!(counts(&first, "/plain.py", &later).iter().all(|&c| c == 1));
 
-    // Nothing ran since but the script's return to its loop (which may come
-    // just after its answer): every other line is back to zero.
+    // Nothing ran since but the script's return from its answer to its loop
+    // (the arc from the print to the `for` may come just after the answer):
+    // every other line is back to zero.
     let zero = script.coverage("");
-    let wait_line = line_of("plain.py", "for line in sys.stdin:");
+    let return_arc = [line_of("plain.py", "for line in sys.stdin:"), line_of("plain.py", "print(\"later\", later(4), flush=True)")];
     let hit: BTreeMap<_, _> = lines_hit(&zero)
         .into_iter()
         .map(|(file, lines)| {
-            let others: Vec<u32> = lines.into_iter().filter(|&l| !(file.ends_with("/plain.py") && l == wait_line)).collect();
+            let others: Vec<u32> =
+                lines.into_iter().filter(|l| !(file.ends_with("/plain.py") && return_arc.contains(l))).collect();
             (file, others)
         })
         .filter(|(_, l)| !l.is_empty())
@@ -305,7 +307,7 @@ fn reset_and_test_names_give_per_test_reports() {
     let after = script.coverage("");
     assert!(counts(&after, "/plain.py", &later).iter().all(|&c| c == 0), "{after}");
     let summary = script.get("/coverage?format=json").json();
-    assert_eq!(summary["totals"]["lines_hit"], 0, "{summary}");
+    assert!(summary["totals"]["lines_hit"].as_u64() <= Some(return_arc.len() as u64), "{summary}");
 }
 
 #[test]

@@ -57,8 +57,12 @@ class Engine:
         self._ignore = [config.ignore or default_ignore(), own_sources()]
         self._path_map = config.path_map
         # File reporters (parsed sources) by file, with the (mtime, size) they
-        # were parsed at: later dumps only look at a file again when it changed.
+        # were parsed at: later dumps only parse a file again when it changed.
         self._reporters: dict[str, tuple[tuple[int, int] | None, object]] = {}
+        # The LCOV record (from SF: on) of each file by what it was made of,
+        # the source's (mtime, size) and what ran in it: a dump writes only
+        # the records of files where something new ran.
+        self._records: dict[str, tuple[tuple, str]] = {}
         self._complained: set[str] = set()
         self.version = coverage.__version__
 
@@ -81,17 +85,26 @@ class Engine:
         precision = self._cov.config.precision
         out = io.StringIO()
         for filename in files:
-            record = io.StringIO()
             try:
-                reporter = self._file_reporter(filename)
-                analysis = analysis_from_file_reporter(data, precision, reporter, filename)
-                if test:
-                    record.write(f"TN:{test}\n")
-                writer.lcov_file(self._mapped(filename), reporter, analysis, record)
+                stamp = _stamp(filename)
+                ran = data.arcs(filename) if data.has_arcs() else data.lines(filename)
+                key = (stamp, frozenset(ran or ()))
+                cached = self._records.get(filename)
+                if cached is not None and stamp is not None and cached[0] == key:
+                    record = cached[1]
+                else:
+                    reporter = self._file_reporter(filename, stamp)
+                    analysis = analysis_from_file_reporter(data, precision, reporter, filename)
+                    text = io.StringIO()
+                    writer.lcov_file(self._mapped(filename), reporter, analysis, text)
+                    record = text.getvalue()
+                    self._records[filename] = (key, record)
             except Exception as e:  # a source removed or changed beyond parsing
                 self._complain(filename, e)
                 continue
-            out.write(record.getvalue())
+            if test:
+                out.write(f"TN:{test}\n")
+            out.write(record)
         if reset:
             _erase(data)
         return out.getvalue()
@@ -114,12 +127,7 @@ class Engine:
                 return target + filename[len(source):]
         return filename
 
-    def _file_reporter(self, filename: str):
-        try:
-            st = os.stat(filename)
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
+    def _file_reporter(self, filename: str, stamp: tuple[int, int] | None):
         cached = self._reporters.get(filename)
         if cached is not None and stamp is not None and cached[0] == stamp:
             return cached[1]
@@ -132,6 +140,15 @@ class Engine:
             self._complained.add(filename)
             message = str(error).replace("\n", " ") or type(error).__name__
             sys.stderr.write(f"livecov: {filename} left out of reports: {message}\n")
+
+
+def _stamp(filename: str) -> tuple[int, int] | None:
+    """A source file's (mtime, size): a change means parsing it again."""
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
 
 
 def _erase(data) -> None:
