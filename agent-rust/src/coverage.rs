@@ -8,8 +8,6 @@
 //! `CoverageMapping.cpp` of LLVM 22 step by step, because LCOV numbers are
 //! only identical to llvm-cov's when every tie is broken the same way.
 
-use std::collections::BTreeMap;
-
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::mapping::{Counter, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
@@ -61,6 +59,9 @@ pub struct FunctionRecord {
     pub branches: Vec<CountedRegion>,
     /// The count of the function's first region.
     pub execution_count: u64,
+    /// The file id of the function's own body: the first one no expansion
+    /// region expands to.
+    pub main_file: Option<u32>,
 }
 
 /// A point where the count changes, as llvm-cov's `CoverageSegment`.
@@ -83,11 +84,22 @@ pub struct Expansion {
 }
 
 /// Segments, expansions and branches of one file, function or expansion.
+/// Filling one again (the `*_into` queries) reuses its buffers.
 #[derive(Debug, Default)]
 pub struct CoverageData {
     pub segments: Vec<Segment>,
     pub expansions: Vec<Expansion>,
     pub branches: Vec<CountedRegion>,
+    scratch: Scratch,
+}
+
+impl CoverageData {
+    fn clear(&mut self) {
+        self.segments.clear();
+        self.expansions.clear();
+        self.branches.clear();
+        self.scratch.spans.clear();
+    }
 }
 
 /// Line coverage of one source line.
@@ -187,70 +199,82 @@ impl<'m> Coverage<'m> {
             .filter(move |f| f.filenames.first() == Some(&file))
     }
 
-    /// Coverage of every region of every function that maps into `file`.
-    pub fn for_file(&self, file: FileName) -> CoverageData {
-        let mut data = CoverageData::default();
-        let mut regions = Vec::new();
+    /// Coverage of every region of every function that maps into `file`,
+    /// into `data`.
+    pub fn for_file_into(&self, file: FileName, data: &mut CoverageData) {
+        data.clear();
+        let spans = &mut data.scratch.spans;
         for &index in self.functions_touching(file) {
             let f = &self.functions[index];
-            let main = main_file_id(f).filter(|&m| f.filenames[m as usize] == file);
+            let main = f.main_file.filter(|&m| f.filenames[m as usize] == file);
             let in_file = |r: &CountedRegion| f.filenames.get(r.region.file_id as usize) == Some(&file);
             for r in f.regions.iter().filter(|r| in_file(r)) {
-                regions.push(*r);
+                spans.push(Span::of(r));
                 if main.is_some_and(|m| is_expansion_in(r, m)) {
                     data.expansions.push(Expansion { function: index, region: *r });
                 }
             }
             data.branches.extend(f.branches.iter().filter(|r| in_file(r)).copied());
         }
-        data.segments = build_segments(regions);
-        data
+        data.scratch.build_segments(&mut data.segments);
     }
 
-    /// Coverage of a function's own file (macro expansions excluded).
-    pub fn for_function(&self, index: usize) -> CoverageData {
-        let f = &self.functions[index];
-        let Some(main) = main_file_id(f) else {
-            return CoverageData::default();
-        };
-        self.for_file_id(index, main)
+    /// Coverage of a function's own file (macro expansions excluded), into
+    /// `data`.
+    pub fn for_function_into(&self, index: usize, data: &mut CoverageData) {
+        match self.functions[index].main_file {
+            Some(main) => self.for_file_id_into(index, main, data),
+            None => data.clear(),
+        }
     }
 
     /// Coverage of what an expansion region expands to.
     pub fn for_expansion(&self, expansion: &Expansion) -> CoverageData {
-        self.for_file_id(expansion.function, expansion.region.region.expanded_file_id)
+        let mut data = CoverageData::default();
+        self.for_file_id_into(expansion.function, expansion.region.region.expanded_file_id, &mut data);
+        data
     }
 
-    fn for_file_id(&self, index: usize, file_id: u32) -> CoverageData {
+    fn for_file_id_into(&self, index: usize, file_id: u32, data: &mut CoverageData) {
         let f = &self.functions[index];
-        let mut data = CoverageData::default();
-        let mut regions = Vec::new();
+        data.clear();
+        let spans = &mut data.scratch.spans;
         for r in f.regions.iter().filter(|r| r.region.file_id == file_id) {
-            regions.push(*r);
+            spans.push(Span::of(r));
             if is_expansion_in(r, file_id) {
                 data.expansions.push(Expansion { function: index, region: *r });
             }
         }
         data.branches.extend(f.branches.iter().filter(|r| r.region.file_id == file_id).copied());
-        data.segments = build_segments(regions);
-        data
+        data.scratch.build_segments(&mut data.segments);
     }
 
     /// Functions of `file` grouped by where their body starts: the
     /// instantiations of one generic function form one group.
     pub fn instantiation_groups(&self, file: FileName) -> Vec<Vec<usize>> {
-        let mut groups: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+        let mut starts: Vec<((u32, u32), usize)> = Vec::new();
         for &index in self.functions_touching(file) {
             let f = &self.functions[index];
-            let Some(main) = main_file_id(f) else { continue };
+            let Some(main) = f.main_file else { continue };
             if f.filenames[main as usize] != file {
                 continue;
             }
             if let Some(first) = f.regions.iter().find(|r| r.region.file_id == main) {
-                groups.entry(first.start()).or_default().push(index);
+                starts.push((first.start(), index));
             }
         }
-        groups.into_values().collect()
+        // Stable: a group lists its functions in load order.
+        starts.sort_by_key(|&(start, _)| start);
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut last_start = None;
+        for (start, index) in starts {
+            match groups.last_mut() {
+                Some(group) if last_start == Some(start) => group.push(index),
+                _ => groups.push(vec![index]),
+            }
+            last_start = Some(start);
+        }
+        groups
     }
 }
 
@@ -271,13 +295,18 @@ impl crate::mapping::FunctionMapping {
 
 /// The file id of a function's own body: the first one no expansion
 /// region expands to.
-fn main_file_id(f: &FunctionRecord) -> Option<u32> {
-    let mut expanded = vec![false; f.filenames.len()];
-    for r in &f.regions {
-        if r.kind() == RegionKind::Expansion {
-            if let Some(slot) = expanded.get_mut(r.region.expanded_file_id as usize) {
-                *slot = true;
-            }
+fn main_file_id(num_files: usize, regions: &[Region]) -> Option<u32> {
+    let expansions = || regions.iter().filter(|r| r.kind == RegionKind::Expansion);
+    if num_files <= 64 {
+        // Most functions have a few files: a bit per file, no allocation.
+        let expanded = expansions().fold(0u64, |bits, r| bits | 1u64.checked_shl(r.expanded_file_id).unwrap_or(0));
+        let first = (!expanded).trailing_zeros() as usize;
+        return (first < num_files).then_some(first as u32);
+    }
+    let mut expanded = vec![false; num_files];
+    for r in expansions() {
+        if let Some(slot) = expanded.get_mut(r.expanded_file_id as usize) {
+            *slot = true;
         }
     }
     expanded.iter().position(|e| !e).map(|i| i as u32)
@@ -349,12 +378,14 @@ impl<'a> Evaluator<'a> {
 
 fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]) -> Option<FunctionRecord> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
+    let branches = f.regions.iter().filter(|r| r.is_branch()).count();
     let mut record = FunctionRecord {
         name: name.to_owned(),
         filenames: f.filenames.clone(),
-        regions: Vec::new(),
-        branches: Vec::new(),
+        regions: Vec::with_capacity(f.regions.len() - branches),
+        branches: Vec::with_capacity(branches),
         execution_count: 0,
+        main_file: main_file_id(f.filenames.len(), &f.regions),
     };
     for r in &f.regions {
         if r.kind == RegionKind::McdcDecision {
@@ -381,49 +412,91 @@ fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]
 
 /// Turns nested regions of one file into a sorted list of segments, exactly
 /// as llvm-cov's `SegmentBuilder`.
-pub fn build_segments(mut regions: Vec<CountedRegion>) -> Vec<Segment> {
-    // Outer regions first; among equal extents code before expansion before
-    // skipped, so the right region becomes active when they are combined.
-    // Ties (same extent and kind) are summed below, so the sort need not be stable.
-    regions.sort_unstable_by(|a, b| {
-        a.start()
-            .cmp(&b.start())
-            .then_with(|| b.end().cmp(&a.end()))
-            .then_with(|| a.kind().cmp(&b.kind()))
-    });
-    let regions = combine_regions(regions);
-    let mut builder =
-        SegmentBuilder { regions: &regions, segments: Vec::new(), active: Vec::new(), completed: Vec::new() };
-    builder.build();
-    builder.segments
+pub fn build_segments(regions: Vec<CountedRegion>) -> Vec<Segment> {
+    let mut scratch = Scratch { spans: regions.iter().map(Span::of).collect(), ..Scratch::default() };
+    let mut segments = Vec::new();
+    scratch.build_segments(&mut segments);
+    segments
+}
+
+/// What the segment builder needs of a region, positions packed as
+/// `line << 32 | column` (which orders them as (line, column) pairs do):
+/// half the size of a [`CountedRegion`], for the sort.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u64,
+    end: u64,
+    count: u64,
+    kind: RegionKind,
+}
+
+impl Span {
+    fn of(r: &CountedRegion) -> Span {
+        let at = |(line, col): (u32, u32)| u64::from(line) << 32 | u64::from(col);
+        Span { start: at(r.start()), end: at(r.end()), count: r.count, kind: r.kind() }
+    }
+}
+
+/// The segment builder's buffers: the regions to build from (filled by the
+/// caller), and its stacks.
+#[derive(Debug, Default)]
+struct Scratch {
+    spans: Vec<Span>,
+    /// Indices into `spans` of the regions still open, outermost first.
+    active: Vec<usize>,
+    /// The regions completed at one step.
+    completed: Vec<usize>,
+}
+
+impl Scratch {
+    /// Builds the segments of `self.spans` into `segments` (cleared first).
+    fn build_segments(&mut self, segments: &mut Vec<Segment>) {
+        // Outer regions first; among equal extents code before expansion
+        // before skipped, so the right region becomes active when they are
+        // combined. Ties (same extent and kind) are summed below, so the
+        // sort need not be stable.
+        self.spans.sort_unstable_by(|a, b| {
+            a.start.cmp(&b.start).then_with(|| b.end.cmp(&a.end)).then_with(|| a.kind.cmp(&b.kind))
+        });
+        combine_regions(&mut self.spans);
+        segments.clear();
+        self.active.clear();
+        self.completed.clear();
+        let mut builder = SegmentBuilder {
+            regions: &self.spans,
+            segments,
+            active: &mut self.active,
+            completed: &mut self.completed,
+        };
+        builder.build();
+    }
 }
 
 /// Regions with the same extent become one; counts of the same kind as the
 /// first add up (a macro expanded in a macro must not count twice).
-fn combine_regions(mut regions: Vec<CountedRegion>) -> Vec<CountedRegion> {
+fn combine_regions(regions: &mut Vec<Span>) {
     regions.dedup_by(|r, active| {
-        let same = active.start() == r.start() && active.end() == r.end();
-        if same && active.kind() == r.kind() {
+        let same = active.start == r.start && active.end == r.end;
+        if same && active.kind == r.kind {
             active.count = active.count.wrapping_add(r.count);
         }
         same
     });
-    regions
 }
 
 struct SegmentBuilder<'a> {
-    regions: &'a [CountedRegion],
-    segments: Vec<Segment>,
+    regions: &'a [Span],
+    segments: &'a mut Vec<Segment>,
     /// Indices into `regions` of the regions still open, outermost first.
-    active: Vec<usize>,
+    active: &'a mut Vec<usize>,
     /// Scratch space for the regions completed at one step.
-    completed: Vec<usize>,
+    completed: &'a mut Vec<usize>,
 }
 
 impl SegmentBuilder<'_> {
-    fn start_segment(&mut self, region: usize, at: (u32, u32), is_region_entry: bool, emit_skipped: bool) {
+    fn start_segment(&mut self, region: usize, at: u64, is_region_entry: bool, emit_skipped: bool) {
         let r = &self.regions[region];
-        let has_count = !emit_skipped && r.kind() != RegionKind::Skipped;
+        let has_count = !emit_skipped && r.kind != RegionKind::Skipped;
         if !is_region_entry && !emit_skipped {
             if let Some(last) = self.segments.last() {
                 if last.has_count == has_count && last.count == r.count && !last.is_region_entry {
@@ -431,25 +504,19 @@ impl SegmentBuilder<'_> {
                 }
             }
         }
+        let (line, col) = ((at >> 32) as u32, at as u32);
         self.segments.push(if has_count {
-            Segment {
-                line: at.0,
-                col: at.1,
-                count: r.count,
-                has_count: true,
-                is_region_entry,
-                is_gap: r.kind() == RegionKind::Gap,
-            }
+            Segment { line, col, count: r.count, has_count: true, is_region_entry, is_gap: r.kind == RegionKind::Gap }
         } else {
-            Segment { line: at.0, col: at.1, count: 0, has_count: false, is_region_entry, is_gap: false }
+            Segment { line, col, count: 0, has_count: false, is_region_entry, is_gap: false }
         });
     }
 
     /// Emits the segments where active regions from `first_completed` on
     /// end, before `next` (the start of the next region; `None` at the end).
-    fn complete_regions_until(&mut self, next: Option<(u32, u32)>, first_completed: usize) {
+    fn complete_regions_until(&mut self, next: Option<u64>, first_completed: usize) {
         let regions = self.regions;
-        let end = |i: usize| regions[i].end();
+        let end = |i: usize| regions[i].end;
         self.active[first_completed..].sort_by_key(|&i| end(i));
 
         for i in first_completed + 1..self.active.len() {
@@ -484,24 +551,24 @@ impl SegmentBuilder<'_> {
     fn build(&mut self) {
         let regions = self.regions;
         for (index, region) in regions.iter().enumerate() {
-            let start = region.start();
+            let start = region.start;
             // Active regions that end before this one starts are completed:
             // moved after the others, both keeping their order.
-            if self.active.iter().any(|&i| regions[i].end() <= start) {
+            if self.active.iter().any(|&i| regions[i].end <= start) {
                 self.completed.clear();
-                self.completed.extend(self.active.iter().copied().filter(|&i| regions[i].end() <= start));
-                self.active.retain(|&i| regions[i].end() > start);
+                self.completed.extend(self.active.iter().copied().filter(|&i| regions[i].end <= start));
+                self.active.retain(|&i| regions[i].end > start);
                 let first_completed = self.active.len();
-                self.active.extend_from_slice(&self.completed);
+                self.active.extend_from_slice(self.completed);
                 self.complete_regions_until(Some(start), first_completed);
             }
 
-            let is_gap = region.kind() == RegionKind::Gap;
-            if start == region.end() {
+            let is_gap = region.kind == RegionKind::Gap;
+            if start == region.end {
                 // An empty region never becomes active: the last region, or a
                 // skipped one, leaves a skipped segment; otherwise it takes
                 // its predecessor's count.
-                let skipped = index + 1 == regions.len() || region.kind() == RegionKind::Skipped;
+                let skipped = index + 1 == regions.len() || region.kind == RegionKind::Skipped;
                 let source = self.active.last().copied().unwrap_or(index);
                 self.start_segment(source, start, !is_gap, skipped);
                 if skipped {
@@ -511,7 +578,7 @@ impl SegmentBuilder<'_> {
                 }
                 continue;
             }
-            if index + 1 == regions.len() || start != regions[index + 1].start() {
+            if index + 1 == regions.len() || start != regions[index + 1].start {
                 self.start_segment(index, start, !is_gap, false);
             }
             self.active.push(index);
@@ -531,29 +598,30 @@ pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats, u32)) {
     let mut wrapped: Option<&Segment> = None;
     let mut next = 0;
     let mut line: u32 = 1;
-    let mut on_line: Vec<&Segment> = Vec::new();
+    // The segments of the line being visited: consecutive ones.
+    let mut on_line: &[Segment] = &[];
     while next < segments.len() {
-        if let Some(&last) = on_line.last() {
+        if let Some(last) = on_line.last() {
             wrapped = Some(last);
         }
-        on_line.clear();
         // Segments before `line` only occur in malformed input; taking them
         // here keeps the walk finite.
+        let first = next;
         while next < segments.len() && segments[next].line <= line {
-            on_line.push(&segments[next]);
             next += 1;
         }
+        on_line = &segments[first..next];
         if on_line.is_empty() {
             // Up to the next segment's line, every line is wrapped by the
             // same segment: mapped when it has a count.
             let next_line = segments[next].line;
             if wrapped.is_some_and(|w| w.has_count) {
-                visit(stats_for_line(&on_line, wrapped, line), next_line - line);
+                visit(stats_for_line(on_line, wrapped, line), next_line - line);
             }
             line = next_line;
             continue;
         }
-        visit(stats_for_line(&on_line, wrapped, line), 1);
+        visit(stats_for_line(on_line, wrapped, line), 1);
         line = match line.checked_add(1) {
             Some(l) => l,
             None => break,
@@ -561,7 +629,7 @@ pub fn line_stats(segments: &[Segment], mut visit: impl FnMut(LineStats, u32)) {
     }
 }
 
-fn stats_for_line(on_line: &[&Segment], wrapped: Option<&Segment>, line: u32) -> LineStats {
+fn stats_for_line(on_line: &[Segment], wrapped: Option<&Segment>, line: u32) -> LineStats {
     let starts_region = |s: &Segment| !s.is_gap && s.has_count && s.is_region_entry;
     let region_starts = on_line.iter().filter(|s| starts_region(s)).count();
     let starts_skipped = on_line.first().is_some_and(|s| !s.has_count && s.is_region_entry);

@@ -144,29 +144,54 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
     if let Some(test) = &options.test_name {
         let _ = writeln!(out, "TN:{test}");
     }
-    let _ = writeln!(out, "SF:{}", coverage.mapping.file_name(file));
+    out.push_str("SF:");
+    out.push_str(coverage.mapping.file_name(file));
+    out.push('\n');
     if !options.summary_only && !options.skip_functions {
         // Each name is demangled once, for both of its records.
-        let functions: Vec<_> =
-            coverage.functions_in(file).map(|f| (f, display_name(&f.name, options.no_demangle))).collect();
-        for (f, name) in &functions {
-            let line = f.regions.first().map_or(0, |r| r.region.line_start);
-            let _ = writeln!(out, "FN:{line},{name}");
+        let mut names = String::new();
+        let mut ends = Vec::new();
+        for f in coverage.functions_in(file) {
+            write_display_name(&mut names, &f.name, options.no_demangle);
+            ends.push(names.len());
         }
-        for (f, name) in &functions {
-            let _ = writeln!(out, "FNDA:{},{name}", f.execution_count);
+        let mut start = 0;
+        for (f, &end) in coverage.functions_in(file).zip(&ends) {
+            out.push_str("FN:");
+            push_int(out, f.regions.first().map_or(0, |r| r.region.line_start));
+            out.push(',');
+            out.push_str(&names[start..end]);
+            out.push('\n');
+            start = end;
+        }
+        let mut start = 0;
+        for (f, &end) in coverage.functions_in(file).zip(&ends) {
+            out.push_str("FNDA:");
+            push_int(out, f.execution_count);
+            out.push(',');
+            out.push_str(&names[start..end]);
+            out.push('\n');
+            start = end;
         }
     }
 
-    let (summary, functions, functions_hit) = file_summary(coverage, file);
-    let _ = writeln!(out, "FNF:{functions}\nFNH:{functions_hit}");
+    let mut data = CoverageData::default();
+    let (summary, functions, functions_hit) = file_summary(coverage, file, &mut data);
+    push_line(out, "FNF:", functions);
+    push_line(out, "FNH:", functions_hit);
 
     if !options.summary_only {
-        let data = coverage.for_file(file);
+        coverage.for_file_into(file, &mut data);
         line_stats(&data.segments, |s, run| {
             if s.mapped {
+                let mut count = itoa::Buffer::new();
+                let count = count.format(s.count);
                 for line in s.line..s.line + run {
-                    let _ = writeln!(out, "DA:{line},{}", s.count);
+                    out.push_str("DA:");
+                    push_int(out, line);
+                    out.push(',');
+                    out.push_str(count);
+                    out.push('\n');
                 }
             }
         });
@@ -175,21 +200,37 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
         }
     }
     if !options.skip_branches {
-        let _ = writeln!(out, "BRF:{}\nBRH:{}", summary.branches, summary.branches_hit);
+        push_line(out, "BRF:", summary.branches);
+        push_line(out, "BRH:", summary.branches_hit);
     }
-    let _ = writeln!(out, "LF:{}\nLH:{}\nend_of_record", summary.lines, summary.lines_hit);
+    push_line(out, "LF:", summary.lines);
+    push_line(out, "LH:", summary.lines_hit);
+    out.push_str("end_of_record\n");
+}
+
+/// Appends a number without the formatting machinery: reports have
+/// millions of them.
+fn push_int(out: &mut String, n: impl itoa::Integer) {
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
+/// Appends a record of one number: `tag`, `n` and a newline.
+fn push_line(out: &mut String, tag: &str, n: impl itoa::Integer) {
+    out.push_str(tag);
+    push_int(out, n);
+    out.push('\n');
 }
 
 /// The file's line and branch totals, its number of functions (groups) and
-/// of functions executed.
-fn file_summary(coverage: &Coverage<'_>, file: FileName) -> (Summary, u64, u64) {
+/// of functions executed. `data` is a buffer.
+fn file_summary(coverage: &Coverage<'_>, file: FileName, data: &mut CoverageData) -> (Summary, u64, u64) {
     let mut total = Summary::default();
     let (mut functions, mut hit) = (0, 0);
     for group in coverage.instantiation_groups(file) {
         let mut group_summary: Option<Summary> = None;
         let mut executions = 0u64;
         for &index in &group {
-            let s = function_summary(coverage, index);
+            let s = function_summary(coverage, index, data);
             executions = executions.wrapping_add(coverage.functions[index].execution_count);
             match &mut group_summary {
                 None => group_summary = Some(s),
@@ -205,8 +246,8 @@ fn file_summary(coverage: &Coverage<'_>, file: FileName) -> (Summary, u64, u64) 
     (total, functions, hit)
 }
 
-fn function_summary(coverage: &Coverage<'_>, index: usize) -> Summary {
-    let data = coverage.for_function(index);
+fn function_summary(coverage: &Coverage<'_>, index: usize, data: &mut CoverageData) -> Summary {
+    coverage.for_function_into(index, data);
     let mut s = Summary::default();
     line_stats(&data.segments, |l, run| {
         if l.mapped {
@@ -215,7 +256,7 @@ fn function_summary(coverage: &Coverage<'_>, index: usize) -> Summary {
         }
     });
     s.add_branches(&data.branches);
-    add_expansion_branches(coverage, &data, &mut s);
+    add_expansion_branches(coverage, data, &mut s);
     s
 }
 
@@ -300,11 +341,19 @@ fn write_branches(out: &mut String, coverage: &Coverage<'_>, data: &CoverageData
                 let counts = [b.region.count as u32, b.region.false_count as u32];
                 let never = counts == [0, 0];
                 for count in counts {
+                    out.push_str("BRDA:");
+                    push_int(out, line);
+                    out.push(',');
+                    push_int(out, pair);
+                    out.push(',');
+                    push_int(out, index);
+                    out.push(',');
                     if never {
-                        let _ = writeln!(out, "BRDA:{line},{pair},{index},-");
+                        out.push('-');
                     } else {
-                        let _ = writeln!(out, "BRDA:{line},{pair},{index},{count}");
+                        push_int(out, count);
                     }
+                    out.push('\n');
                     index += 1;
                 }
                 pair += 1;
@@ -321,6 +370,17 @@ pub fn display_name(name: &str, no_demangle: bool) -> std::borrow::Cow<'_, str> 
         return name.into();
     }
     demangle(name).map_or(name.into(), Into::into)
+}
+
+/// Appends [`display_name`] to `out`.
+fn write_display_name(out: &mut String, name: &str, no_demangle: bool) {
+    if no_demangle {
+        out.push_str(name);
+    } else if let Ok(d) = rustc_demangle::try_demangle(name) {
+        let _ = write!(out, "{d:#}");
+    } else {
+        out.push_str(&display_name(name, false));
+    }
 }
 
 /// Demangles a Rust or C++ symbol; `None` when it is neither.
