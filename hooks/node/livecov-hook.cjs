@@ -19,8 +19,8 @@
 const fs = require('node:fs');
 const path = require('node:path');
 const http = require('node:http');
-const crypto = require('node:crypto');
 const { fileURLToPath } = require('node:url');
+const { findSourceMap } = require('node:module');
 
 const LIVECOV_VERSION = '0.1.0';
 const RUNTIME = 'node';
@@ -680,8 +680,6 @@ class Reporter {
 
   /** Node.js's source map of a script (found and parsed by Node.js), decoded; null without one. */
   sourceMap(url, file) {
-    const { findSourceMap } = require('node:module');
-    if (typeof findSourceMap !== 'function') return null;
     const found = findSourceMap(url) || findSourceMap(file);
     if (!found || !found.payload) return null;
     const payload = found.payload;
@@ -707,17 +705,17 @@ class Reporter {
     return original;
   }
 
-  ignored(file) {
-    return file === __filename || this.config.ignore.test(file);
-  }
-
-  /** Map path -> { lines: counts | undefined, functions, branches, moduleCount }, of every file with coverage. */
+  /**
+   * Original file path -> { counts (per line), functions, branches }, of
+   * every file with coverage. (Generated files the configuration ignores
+   * were left out by the collector already.)
+   */
   files() {
     const files = new Map();
-    const fileRecord = (file, lineCount) => {
+    const fileRecord = (file) => {
       let record = files.get(file);
       if (record === undefined) {
-        record = { lineCount, counts: null, functions: [], branches: [] };
+        record = { counts: null, functions: [], branches: [] };
         files.set(file, record);
       }
       return record;
@@ -729,9 +727,8 @@ class Reporter {
       const top = sorted.find((fn) => fn.ranges[0].startOffset === 0 && fn.functionName === '');
       const moduleCount = top ? top.ranges[0].count : 0;
       if (script.map === null) {
-        if (this.ignored(script.file)) continue;
         const target = { lines: script.lines, eof: script.eof };
-        const record = fileRecord(script.file, script.lines.length);
+        const record = fileRecord(script.file);
         const counts = new Array(script.lines.length).fill(moduleCount);
         for (const fn of sorted) {
           fn.ranges.forEach((range, i) => {
@@ -756,10 +753,10 @@ class Reporter {
       if (targets.has(source)) return targets.get(source);
       let t = null;
       const file = map.paths[source];
-      if (file !== undefined && !this.ignored(file) && !this.ignored(script.file)) {
+      if (file !== undefined && file !== __filename && !this.config.ignore.test(file)) {
         const original = this.original(map, source);
         if (original !== null) {
-          t = { ...original, record: fileRecord(file, original.lines.length), counts: new Array(original.lines.length).fill(moduleCount) };
+          t = { ...original, record: fileRecord(file), counts: new Array(original.lines.length).fill(moduleCount) };
         }
       }
       targets.set(source, t);
@@ -946,7 +943,7 @@ class Hook {
     this.config = config;
     this.collector = collector;
     this.reporter = reporter;
-    this.instance = `${RUNTIME}-${process.pid}-${crypto.randomBytes(8).toString('hex')}`;
+    this.instance = `${RUNTIME}-${process.pid}-${randomHex()}`;
     this.startTime = Math.floor(Date.now() / 1000);
     this.clock = process.hrtime.bigint();
     this.program = process.argv[1] ? path.resolve(process.argv[1]) : process.execPath;
@@ -1145,7 +1142,7 @@ class Hook {
     const m = /^\s*bearer[ \t]+(.*?)[ \t]*$/i.exec(header);
     if (!m) return false;
     // Equal-length digests: the comparison takes the same time whatever the token given.
-    return crypto.timingSafeEqual(digest(m[1]), this.tokenDigest);
+    return require('node:crypto').timingSafeEqual(digest(m[1]), this.tokenDigest);
   }
 
   handle(req, res, tcp) {
@@ -1178,12 +1175,12 @@ class Hook {
       if (parsed.format === 'json') this.ok(res, 200, 'application/json', summaryJson(lcov));
       else this.ok(res, 200, 'text/plain; charset=utf-8', lcov);
     } else {
-      this.reset(req, res);
+      this.postReset(req, res);
     }
   }
 
   /** POST /reset: the body (at most 64 KiB) is read and ignored. */
-  reset(req, res) {
+  postReset(req, res) {
     const tooLarge = () => this.error(res, 413, `request body over ${LIMITS.maxBodyBytes} bytes`, { connection: 'close' });
     if (Number(req.headers['content-length'] || 0) > LIMITS.maxBodyBytes) {
       tooLarge();
@@ -1217,8 +1214,15 @@ class Hook {
   }
 }
 
+// node:crypto is loaded only with a token: it costs a start several milliseconds.
 function digest(text) {
-  return crypto.createHash('sha256').update(text, 'utf8').digest();
+  return require('node:crypto').createHash('sha256').update(text, 'utf8').digest();
+}
+
+/** 16 hex digits for the instance id: unique, not secret (Math.random is seeded afresh in every process). */
+function randomHex() {
+  const part = () => Math.floor(Math.random() * 0x100000000).toString(16).padStart(8, '0');
+  return part() + part();
 }
 
 function clip(s) {
