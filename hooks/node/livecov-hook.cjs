@@ -1042,9 +1042,11 @@ class Hook {
       if (this.finished) return;
       this.writeReport();
       process.removeListener(signal, listener);
-      setImmediate(() => {
-        if (!this.finished && !process.listeners(signal).includes(listener)) process.on(signal, listener);
-      });
+      setImmediate(() =>
+        guarded(`cannot listen for ${signal} again`, () => {
+          if (!this.finished && !process.listeners(signal).includes(listener)) process.on(signal, listener);
+        }),
+      );
       return;
     }
     this.finish();
@@ -1059,7 +1061,9 @@ class Hook {
         this.handle(req, res, tcp);
       } catch (err) {
         complain('internal error while answering a request', err);
-        if (!res.headersSent) this.error(res, 500, `internal error in the livecov hook: ${err && err.message}`);
+        guarded('cannot answer a request', () => {
+          if (!res.headersSent) this.error(res, 500, `internal error in the livecov hook: ${err && err.message}`);
+        });
       }
     });
     server.maxHeadersCount = LIMITS.maxHeaders;
@@ -1069,7 +1073,7 @@ class Hook {
     server.keepAliveTimeout = LIMITS.idleTimeoutMs;
     server.timeout = LIMITS.idleTimeoutMs;
     server.on('connection', (socket) => socket.unref());
-    server.on('clientError', (err, socket) => this.clientError(err, socket));
+    server.on('clientError', (err, socket) => guarded('cannot answer a malformed request', () => this.clientError(err, socket)));
     server.unref();
     this.servers.push(server);
     return server;
@@ -1093,11 +1097,13 @@ class Hook {
     const { host, port } = this.config.listen;
     const server = this.server(true);
     server.on('error', (err) => complain(`cannot listen on ${host}:${port} (LIVECOV_LISTEN)`, err));
-    server.on('listening', () => {
-      const a = server.address();
-      this.tcpAddress = a.family === 'IPv6' || a.family === 6 ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
-      if (!this.finished) this.writeMetadata('running');
-    });
+    server.on('listening', () =>
+      guarded('cannot read the TCP address', () => {
+        const a = server.address();
+        this.tcpAddress = a.family === 'IPv6' || a.family === 6 ? `[${a.address}]:${a.port}` : `${a.address}:${a.port}`;
+        if (!this.finished) this.writeMetadata('running');
+      }),
+    );
     server.listen({ host, port, exclusive: true });
   }
 
@@ -1193,7 +1199,7 @@ class Hook {
       size += chunk.length;
       if (size > LIMITS.maxBodyBytes && !done) {
         done = true;
-        tooLarge();
+        guarded('cannot answer POST /reset', tooLarge);
       }
     });
     req.on('error', () => {
@@ -1208,7 +1214,7 @@ class Hook {
         res.end();
       } catch (err) {
         complain('reset failed', err);
-        this.error(res, 500, `reset failed: ${err.message}`);
+        guarded('cannot answer POST /reset', () => this.error(res, 500, `reset failed: ${err.message}`));
       }
     });
   }

@@ -446,6 +446,10 @@ fn the_protocol_routes_answer_as_the_native_agents_do() {
     assert_eq!(r.header("allow"), Some("GET"));
     let r = unix_request(&socket, "POST", "/reset", &["content-length: 100000"]);
     assert_eq!(r.status, 413, "{}", body(&r));
+    let big = format!("x-padding: {}", "a".repeat(20 * 1024));
+    let r = unix_request(&socket, "GET", "/health", &[&big]);
+    assert_eq!(r.status, 431, "a request head over 16 KiB: {}", body(&r));
+    assert_eq!(r.header("livecov-instance"), Some(instance.as_str()));
     // Garbage is a 400, and the program runs on.
     let s = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
     let r = {
