@@ -11,8 +11,9 @@
 #    time per request (user + system, from /proc: steadier than requests/s
 #    on a busy machine), its resident memory at the end, and the dumps'
 #    times.
-# 2. The start cost: `node -e 0` with and without the hook, the median of
-#    BENCH_NODE_STARTS (default 20) runs each.
+# 2. The start cost: `node -e 0` with and without the hook, BENCH_NODE_STARTS
+#    (default 20) runs each: the median wall time, and the mean CPU time
+#    (user + system).
 #
 # Every loop is bounded in count and time; only loopback addresses. Run from
 # anywhere; not part of CI.
@@ -168,11 +169,17 @@ for r in $(seq "$rounds"); do
     stop_app
 done
 
-# start_cost HOOK(0|1): the median of $starts runs of `node -e 0`, in ms.
+# children_cpu_ms FILE: the CPU time (user + system) of the calling shell's
+# children so far, from `times` written to FILE (`times` in a command
+# substitution would count the substitution's children).
+children_cpu_ms() { tail -1 "$1" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); print (u[1] * 60 + u[2] + s[1] * 60 + s[2]) * 1000 }'; }
+
+# start_cost HOOK(0|1): "<median wall ms> <mean CPU ms>" of $starts runs of `node -e 0`.
 start_cost() {
     local dir="$work/starts-$1" t0 t1
     mkdir -p "$dir"
     : >"$dir/times"
+    times >"$dir/cpu0"
     for _ in $(seq "$starts"); do
         t0=$(date +%s%N)
         if [ "$1" = 1 ]; then
@@ -183,7 +190,8 @@ start_cost() {
         t1=$(date +%s%N)
         echo $(((t1 - t0) / 1000)) >>"$dir/times"
     done
-    median <"$dir/times" | awk '{ printf "%.1f", $1 / 1000 }'
+    times >"$dir/cpu1"
+    echo "$(median <"$dir/times") $(children_cpu_ms "$dir/cpu1") $(children_cpu_ms "$dir/cpu0")" | awk -v n="$starts" '{ printf "%.1f ms | %.1f ms", $1 / 1000, ($2 - $3) / n }'
 }
 start_off=$(start_cost 0)
 start_on=$(start_cost 1)
@@ -210,5 +218,8 @@ echo "|---|---:|"
 echo "| dumps during the load | $(wc -l <"$work/t_dumps") |"
 echo "| dump time, median | $(median <"$work/t_dumps" | awk '{ printf "%.1f ms", $1 }') |"
 echo "| dump time, p95 | $(p95 <"$work/t_dumps" | awk '{ printf "%.1f ms", $1 }') |"
-echo "| \`node -e 0\` without the hook, median of $starts | $start_off ms |"
-echo "| \`node -e 0\` with the hook, median of $starts | $start_on ms |"
+echo
+echo "| \`node -e 0\`, $starts runs | wall, median | CPU, mean |"
+echo "|---|---:|---:|"
+echo "| without the hook | $start_off |"
+echo "| with the hook | $start_on |"
