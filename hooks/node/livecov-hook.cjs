@@ -417,6 +417,12 @@ class Collector {
     this.post('Profiler.startPreciseCoverage', { callCount: true, detailed: true });
   }
 
+  stop() {
+    this.post('Profiler.stopPreciseCoverage');
+    this.post('Profiler.disable');
+    this.session.disconnect();
+  }
+
   /** Adds the counts since the last take to the totals. */
   take() {
     const { result } = this.post('Profiler.takePreciseCoverage');
@@ -1276,10 +1282,10 @@ function parseQuery(query) {
 // ------------------------------------------------------------------ start
 
 function boot() {
-  const config = readConfig(process.env);
-  if (config === null) return;
   // Worker threads share the process (its pid, signals and exit): they are left alone.
   if (!require('node:worker_threads').isMainThread) return;
+  const config = readConfig(process.env);
+  if (config === null) return;
   const marker = Symbol.for('livecov.hook');
   if (globalThis[marker]) return;
   globalThis[marker] = true;
@@ -1291,8 +1297,13 @@ function boot() {
   };
   const collector = new Collector(require('node:inspector'), reportable);
   collector.start();
-  const hook = new Hook(config, collector, new Reporter(collector, config, useSourceMaps));
-  hook.start();
+  try {
+    new Hook(config, collector, new Reporter(collector, config, useSourceMaps)).start();
+  } catch (err) {
+    // Not started: V8 stops counting, the program runs as without the hook.
+    guarded('cannot stop the coverage', () => collector.stop());
+    throw err;
+  }
 }
 
 try {

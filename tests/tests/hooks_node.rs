@@ -596,6 +596,15 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_without_the_hook() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("livecov: not started: LIVECOV_FLUSH_SECS=\"soon\""), "{stderr}");
     assert!(!dir.join("cov/sockets").exists());
+
+    // A coverage directory that cannot be made.
+    std::fs::write(dir.join("file"), "").unwrap();
+    let mut cmd = node_with_hook(&http_app(), &[], &dir.join("file/cov"));
+    cmd.current_dir(&dir);
+    let (status, stderr) = hello_and_quit(cmd);
+    assert!(status.success(), "{status}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("livecov: not started: ENOTDIR"), "{stderr}");
 }
 
 #[test]
