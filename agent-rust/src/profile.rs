@@ -38,6 +38,7 @@ mod real_profiles;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use rustc_hash::FxHashMap;
@@ -264,6 +265,7 @@ pub fn read_raw_profiles(data: &[u8]) -> Result<Vec<RawProfile>> {
 #[derive(Debug, Default)]
 pub struct ProfileReader {
     names: raw::NamesCache,
+    records: raw::Records,
 }
 
 impl ProfileReader {
@@ -274,6 +276,26 @@ impl ProfileReader {
     /// As [`read_raw_profiles`].
     pub fn read(&mut self, data: &[u8]) -> Result<Vec<RawProfile>> {
         raw::read_all(data, &mut self.names)
+    }
+
+    /// Reads the raw profiles in `data` and merges each into `counters`, as
+    /// [`read`](Self::read) and then [`Counters::add`] for each profile
+    /// would, without a vector per record on the way. Returns the binary ids
+    /// of each profile.
+    ///
+    /// Each profile is merged once it has been read and checked whole; on an
+    /// error the profiles before the bad one are merged already. A refused
+    /// merge is an [`Error::Mismatch`], as from [`Counters::add`].
+    pub fn read_into(&mut self, data: &[u8], counters: &mut Counters) -> Result<Vec<Vec<Vec<u8>>>> {
+        let mut ids = Vec::new();
+        raw::for_each_profile(data, &mut self.names, &mut self.records, |meta, records| {
+            ids.push(meta.binary_ids);
+            let merged = records.list.iter().map(|r| {
+                (r.name_ref, r.hash, Cow::Borrowed(records.counters_of(r)), Cow::Borrowed(records.bitmap_of(r)))
+            });
+            counters.add_records(meta.variant, meta.names, merged)
+        })?;
+        Ok(ids)
     }
 }
 
@@ -292,9 +314,9 @@ pub fn decode_records(
     bitmap: &[u8],
 ) -> Result<Vec<FunctionCounters>> {
     let section = |bytes| raw::Section { bytes, base: 0 };
-    let decoded =
-        raw::decode_records_in(layout, section(data), section(counters), section(bitmap))?;
-    Ok(decoded.into_iter().map(|d| d.record).collect())
+    let mut records = raw::Records::default();
+    raw::decode_records_in(layout, section(data), section(counters), section(bitmap), &mut records)?;
+    Ok(records.to_function_counters().collect())
 }
 
 /// As [`decode_records`], with where each record's counters are in
@@ -308,9 +330,10 @@ pub fn decode_records_with_spans(
     bitmap: &[u8],
 ) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
     let section = |bytes| raw::Section { bytes, base: 0 };
-    let decoded =
-        raw::decode_records_in(layout, section(data), section(counters), section(bitmap))?;
-    Ok(decoded.into_iter().map(|d| (d.record, d.counters_span)).collect())
+    let mut records = raw::Records::default();
+    raw::decode_records_in(layout, section(data), section(counters), section(bitmap), &mut records)?;
+    let spans = records.list.iter().map(|r| r.counters_span.clone());
+    Ok(records.to_function_counters().zip(spans).collect())
 }
 
 /// The counter values of record `index` from its bytes in the counters
@@ -432,7 +455,21 @@ impl Counters {
     /// with a counting one is accepted as llvm-profdata 22 accepts it
     /// (later releases refuse it), with a warning.
     pub fn add(&mut self, profile: RawProfile) -> Result<()> {
-        let new = profile.variant;
+        let records = profile
+            .records
+            .into_iter()
+            .map(|r| (r.name_ref, r.hash, Cow::Owned(r.counters), Cow::Owned(r.bitmap)));
+        self.add_records(profile.variant, profile.names, records)
+    }
+
+    /// [`add`](Self::add) of a profile given as its variant, its names and
+    /// its records: (name reference, hash, counters, bitmap).
+    fn add_records<'a>(
+        &mut self,
+        new: Variant,
+        names: Arc<[String]>,
+        records: impl Iterator<Item = (u64, u64, Cow<'a, [u64]>, Cow<'a, [u8]>)>,
+    ) -> Result<()> {
         if let Some(old) = self.variant {
             if (old.function_entry_only && new.instr_entry)
                 || (old.instr_entry && new.function_entry_only)
@@ -453,37 +490,29 @@ impl Counters {
         self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
         self.profiles += 1;
 
-        let known = self
-            .names
-            .iter()
-            .position(|n| Arc::ptr_eq(&profile.names, &n.list) || profile.names == n.list);
+        let known = self.names.iter().position(|n| Arc::ptr_eq(&names, &n.list) || names == n.list);
         let index = known.unwrap_or_else(|| {
             if self.names.len() == MAX_NAME_SECTIONS {
                 self.names.remove(0);
             }
-            self.names.push(NameIndex::new(profile.names));
+            self.names.push(NameIndex::new(names));
             self.names.len() - 1
         });
         let names = &self.names[index];
         let mut unresolved = HashSet::new();
         let mut pending = Vec::new();
-        for record in profile.records {
-            let (group, name) = match names.by_ref.get(&record.name_ref) {
-                Some(&i) => (self.by_name.entry(record.name_ref).or_default(), names.list[i].as_str()),
+        for (name_ref, hash, counters, bitmap) in records {
+            let (group, name) = match names.by_ref.get(&name_ref) {
+                Some(&i) => (self.by_name.entry(name_ref).or_default(), names.list[i].as_str()),
                 None => {
-                    unresolved.insert(record.name_ref);
+                    unresolved.insert(name_ref);
                     (&mut self.unnamed, "")
                 }
             };
-            match group.iter_mut().find(|e| e.hash == record.hash) {
-                None => group.push(Entry {
-                    hash: record.hash,
-                    counters: record.counters,
-                    bitmap: record.bitmap,
-                }),
+            match group.iter_mut().find(|e| e.hash == hash) {
+                None => group.push(Entry { hash, counters: counters.into_owned(), bitmap: bitmap.into_owned() }),
                 Some(entry) => {
-                    if let Some(warning) = merge(entry, record) {
-                        let hash = entry.hash;
+                    if let Some(warning) = merge(entry, &counters, &bitmap) {
                         pending.push(format!(
                             "function {} (hash {:#018x}) in profile {}: {warning}",
                             if name.is_empty() { "<unnamed>" } else { name },
@@ -575,13 +604,14 @@ impl Counters {
     }
 }
 
-/// Merges `src` into `dest` as `InstrProfRecord::merge` does (weight 1).
-/// Returns a warning when LLVM would report one.
-fn merge(dest: &mut Entry, src: FunctionCounters) -> Option<String> {
-    if dest.counters.len() != src.counters.len() {
+/// Merges a record's counters and bitmap into `dest` as
+/// `InstrProfRecord::merge` does (weight 1). Returns a warning when LLVM
+/// would report one.
+fn merge(dest: &mut Entry, counters: &[u64], bitmap: &[u8]) -> Option<String> {
+    if dest.counters.len() != counters.len() {
         return Some(format!(
             "{} counters here, {} in the first record; kept the first (llvm-profdata: count_mismatch)",
-            src.counters.len(),
+            counters.len(),
             dest.counters.len()
         ));
     }
@@ -590,7 +620,7 @@ fn merge(dest: &mut Entry, src: FunctionCounters) -> Option<String> {
         Some(&PSEUDO_WARM) => Some(PSEUDO_WARM),
         _ => None,
     };
-    match (pseudo(&dest.counters), pseudo(&src.counters)) {
+    match (pseudo(&dest.counters), pseudo(counters)) {
         (None, None) => {}
         (Some(a), Some(b)) => {
             if let Some(first) = dest.counters.first_mut() {
@@ -608,7 +638,7 @@ fn merge(dest: &mut Entry, src: FunctionCounters) -> Option<String> {
         ),
     }
     let mut overflowed = false;
-    for (d, s) in dest.counters.iter_mut().zip(&src.counters) {
+    for (d, s) in dest.counters.iter_mut().zip(counters) {
         let (sum, carry) = d.overflowing_add(*s);
         *d = if carry || sum > MAX_COUNT {
             overflowed = true;
@@ -620,17 +650,17 @@ fn merge(dest: &mut Entry, src: FunctionCounters) -> Option<String> {
     // llvm-profdata reports only the first warning of a record.
     let overflow = overflowed
         .then(|| "counter overflow, saturated (llvm-profdata: counter_overflow)".to_string());
-    if dest.bitmap.len() != src.bitmap.len() {
+    if dest.bitmap.len() != bitmap.len() {
         return overflow.or_else(|| {
             Some(format!(
                 "{} bitmap bytes here, {} in the first record; counters summed, bitmap kept \
                  (llvm-profdata: bitmap_mismatch)",
-                src.bitmap.len(),
+                bitmap.len(),
                 dest.bitmap.len()
             ))
         });
     }
-    for (d, s) in dest.bitmap.iter_mut().zip(&src.bitmap) {
+    for (d, s) in dest.bitmap.iter_mut().zip(bitmap) {
         *d |= s;
     }
     overflow

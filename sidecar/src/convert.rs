@@ -150,12 +150,12 @@ fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, ProfileIds)> {
     let mut ids = Vec::new();
     for path in paths {
         let data = read(path)?;
-        let profiles = reader
-            .read(&data)
-            .with_context(|| format!("reading raw profile {}", path.display()))?;
-        for p in profiles {
-            ids.push((path.clone(), p.binary_ids.clone()));
-            counters.add(p).with_context(|| format!("merging raw profile {}", path.display()))?;
+        match reader.read_into(&data, &mut counters) {
+            Ok(profiles) => ids.extend(profiles.into_iter().map(|p| (path.clone(), p))),
+            Err(e @ livecov::Error::Mismatch(_)) => {
+                return Err(e).with_context(|| format!("merging raw profile {}", path.display()))
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading raw profile {}", path.display())),
         }
     }
     Ok((counters, ids))

@@ -6,6 +6,7 @@
 //! (`InstrProfilingWriter.c`) and the checks of `RawInstrProfReader`
 //! (`InstrProfReader.cpp`) for the versions listed in [`SUPPORTED`].
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::names::decode_names_at;
@@ -93,22 +94,70 @@ pub(crate) struct Section<'a> {
     pub base: u64,
 }
 
-/// One decoded data record and whether a value-profile blob follows for it.
-pub(crate) struct Decoded {
-    pub record: FunctionCounters,
-    pub has_value_data: bool,
-    /// Where the record's counters are in the counters section.
-    pub counters_span: std::ops::Range<usize>,
+/// The data records of one module or profile, decoded into flat buffers:
+/// a profile has tens of thousands of records of a few counters each, and a
+/// vector per record would cost more than decoding it. The buffers are
+/// reused from one profile to the next.
+#[derive(Debug, Default)]
+pub(crate) struct Records {
+    pub list: Vec<Record>,
+    /// The counter values of every record, one record after the other.
+    pub counters: Vec<u64>,
+    /// The bitmap bytes of every record, one record after the other.
+    pub bitmap: Vec<u8>,
 }
 
-/// Decodes the data records of one module or profile. See
-/// [`super::decode_records`] for the meaning of the layout fields.
+/// One data record of [`Records`].
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    pub name_ref: u64,
+    pub hash: u64,
+    /// Its values in [`Records::counters`].
+    pub counters: Range<usize>,
+    /// Its bytes in [`Records::bitmap`].
+    pub bitmap: Range<usize>,
+    /// Whether a value-profile blob follows for it.
+    pub has_value_data: bool,
+    /// Where its counters are in the counters section.
+    pub counters_span: Range<usize>,
+}
+
+impl Records {
+    fn clear(&mut self) {
+        self.list.clear();
+        self.counters.clear();
+        self.bitmap.clear();
+    }
+
+    pub fn counters_of(&self, r: &Record) -> &[u64] {
+        &self.counters[r.counters.clone()]
+    }
+
+    pub fn bitmap_of(&self, r: &Record) -> &[u8] {
+        &self.bitmap[r.bitmap.clone()]
+    }
+
+    /// The records as [`FunctionCounters`], in order.
+    pub fn to_function_counters(&self) -> impl Iterator<Item = FunctionCounters> + '_ {
+        self.list.iter().map(|r| FunctionCounters {
+            name_ref: r.name_ref,
+            hash: r.hash,
+            counters: self.counters_of(r).to_vec(),
+            bitmap: self.bitmap_of(r).to_vec(),
+        })
+    }
+}
+
+/// Decodes the data records of one module or profile into `out` (cleared
+/// first). See [`super::decode_records`] for the meaning of the layout fields.
 pub(crate) fn decode_records_in(
     layout: &RecordLayout,
     data: Section<'_>,
     counters: Section<'_>,
     bitmap: Section<'_>,
-) -> Result<Vec<Decoded>> {
+    out: &mut Records,
+) -> Result<()> {
+    out.clear();
     supported_version(layout.version)?;
     let size = record_size(layout.version, layout.is_64);
     if data.bytes.len() % size != 0 {
@@ -123,7 +172,7 @@ pub(crate) fn decode_records_in(
         ));
     }
     let count = data.bytes.len() / size;
-    let mut out = Vec::with_capacity(count);
+    out.list.reserve(count);
     let mut cur = Bytes::new(
         data.bytes,
         data.base,
@@ -167,31 +216,31 @@ pub(crate) fn decode_records_in(
             name_ref,
             record_offset,
         };
-        let (counter_values, counters_span) = read_counters(
+        let counters_start = out.counters.len();
+        let counters_span = read_counters(
             &ctx,
             counters,
             counter_ptr,
             counter_ptr_at,
             num_counters,
             num_counters_at,
+            &mut out.counters,
         )?;
-        let bitmap_bytes = if num_bitmap_bytes == 0 {
-            Vec::new()
-        } else {
-            read_bitmap(&ctx, bitmap, bitmap_ptr, bitmap_ptr_at, num_bitmap_bytes)?
-        };
-        out.push(Decoded {
-            record: FunctionCounters {
-                name_ref,
-                hash,
-                counters: counter_values,
-                bitmap: bitmap_bytes,
-            },
+        let bitmap_start = out.bitmap.len();
+        if num_bitmap_bytes != 0 {
+            let bytes = read_bitmap(&ctx, bitmap, bitmap_ptr, bitmap_ptr_at, num_bitmap_bytes)?;
+            out.bitmap.extend_from_slice(bytes);
+        }
+        out.list.push(Record {
+            name_ref,
+            hash,
+            counters: counters_start..out.counters.len(),
+            bitmap: bitmap_start..out.bitmap.len(),
             has_value_data,
             counters_span,
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 struct RecordContext<'l> {
@@ -248,7 +297,8 @@ fn read_counters(
     counter_ptr_at: u64,
     num_counters: u32,
     num_counters_at: u64,
-) -> Result<(Vec<u64>, std::ops::Range<usize>)> {
+    out: &mut Vec<u64>,
+) -> Result<Range<usize>> {
     let layout = ctx.layout;
     if num_counters == 0 {
         return Err(ctx.error(num_counters_at, "number of counters is zero"));
@@ -281,20 +331,33 @@ fn read_counters(
             "too few counter bytes for the temporal timestamp",
         ));
     }
-    let values = counter_values(layout, slots, counters.base + offset, ctx.index)?;
-    Ok((values, start..start + len))
+    push_counter_values(layout, slots, counters.base + offset, ctx.index, out)?;
+    Ok(start..start + len)
 }
 
 /// The values of one record's counters from their bytes (`slots`, found at
 /// `base` of the input; `index` is the record's, for messages).
 pub(crate) fn counter_values(layout: &RecordLayout, slots: &[u8], base: u64, index: usize) -> Result<Vec<u64>> {
+    let mut values = Vec::new();
+    push_counter_values(layout, slots, base, index, &mut values)?;
+    Ok(values)
+}
+
+/// As [`counter_values`], appending to `values`.
+fn push_counter_values(
+    layout: &RecordLayout,
+    slots: &[u8],
+    base: u64,
+    index: usize,
+    values: &mut Vec<u64>,
+) -> Result<()> {
     let width: u64 = if layout.variant.byte_coverage { 1 } else { 8 };
     let mut cur = Bytes::new(slots, base, layout.endian, "raw profile counters");
     if layout.variant.temporal {
         // The first slot is a u64 timestamp, also in byte-coverage mode.
         cur.skip(8)?;
     }
-    let mut values = Vec::with_capacity(cur.remaining() / width as usize);
+    values.reserve(cur.remaining() / width as usize);
     while !cur.is_empty() {
         if layout.variant.byte_coverage {
             // A cleared byte (0) means the block ran; the reset value is 0xff.
@@ -303,28 +366,33 @@ pub(crate) fn counter_values(layout: &RecordLayout, slots: &[u8], base: u64, ind
             let at = cur.offset();
             let value = cur.u64()?;
             if value > MAX_COUNTER_VALUE {
-                return Err(Error::malformed(
-                    "raw profile counters",
-                    at,
-                    format!(
-                        "counter value {value} of record {index} exceeds 2^56; llvm-profdata refuses the \
-                         profile as corrupted"
-                    ),
-                ));
+                return Err(counter_too_large(at, value, index));
             }
             values.push(value);
         }
     }
-    Ok(values)
+    Ok(())
 }
 
-fn read_bitmap(
+#[cold]
+fn counter_too_large(at: u64, value: u64, index: usize) -> Error {
+    Error::malformed(
+        "raw profile counters",
+        at,
+        format!(
+            "counter value {value} of record {index} exceeds 2^56; llvm-profdata refuses the \
+             profile as corrupted"
+        ),
+    )
+}
+
+fn read_bitmap<'a>(
     ctx: &RecordContext<'_>,
-    bitmap: Section<'_>,
+    bitmap: Section<'a>,
     bitmap_ptr: u64,
     bitmap_ptr_at: u64,
     num_bytes: u32,
-) -> Result<Vec<u8>> {
+) -> Result<&'a [u8]> {
     let section_len = bitmap.bytes.len() as u64;
     let offset = ctx
         .section_offset(bitmap_ptr, ctx.layout.bitmap_delta)
@@ -342,32 +410,58 @@ fn read_bitmap(
         ));
     }
     let start = offset as usize;
-    Ok(bitmap
-        .bytes
-        .get(start..start + num_bytes as usize)
-        .unwrap_or(&[])
-        .to_vec())
+    Ok(bitmap.bytes.get(start..start + num_bytes as usize).unwrap_or(&[]))
 }
 
 /// Reads every profile in `data` (several may be concatenated).
 pub(crate) fn read_all(data: &[u8], names_cache: &mut NamesCache) -> Result<Vec<RawProfile>> {
     let mut profiles = Vec::new();
+    for_each_profile(data, names_cache, &mut Records::default(), |meta, records| {
+        profiles.push(RawProfile {
+            version: meta.version,
+            variant: meta.variant,
+            byte_coverage: meta.variant.byte_coverage,
+            binary_ids: meta.binary_ids,
+            records: records.to_function_counters().collect(),
+            names: meta.names,
+        });
+        Ok(())
+    })?;
+    Ok(profiles)
+}
+
+/// A raw profile as read, but for its records, which are in a [`Records`].
+pub(crate) struct ProfileMeta {
+    pub version: u32,
+    pub variant: Variant,
+    pub binary_ids: Vec<Vec<u8>>,
+    pub names: Arc<[String]>,
+}
+
+/// Reads the profiles in `data` one after the other, each into `records`,
+/// and hands each to `f` once it has been read and checked whole.
+pub(crate) fn for_each_profile(
+    data: &[u8],
+    names_cache: &mut NamesCache,
+    records: &mut Records,
+    mut f: impl FnMut(ProfileMeta, &Records) -> Result<()>,
+) -> Result<()> {
     if data.is_empty() {
         // llvm-profdata skips empty raw profiles silently.
-        return Ok(profiles);
+        return Ok(());
     }
     let (is_64, endian) = detect(data)?;
     let first_magic = data.get(..8).unwrap_or(&[]);
     let mut pos = 0usize;
     loop {
-        let (profile, end) = read_one(data, pos, is_64, endian, names_cache)?;
-        profiles.push(profile);
+        let (meta, end) = read_one(data, pos, is_64, endian, names_cache, records)?;
+        f(meta, records)?;
         pos = end;
         while data.get(pos) == Some(&0) {
             pos += 1;
         }
         if pos == data.len() {
-            return Ok(profiles);
+            return Ok(());
         }
         let at = pos as u64;
         if pos % 8 != 0 {
@@ -452,7 +546,8 @@ fn read_one(
     is_64: bool,
     endian: Endian,
     names_cache: &mut NamesCache,
-) -> Result<(RawProfile, usize)> {
+    records: &mut Records,
+) -> Result<(ProfileMeta, usize)> {
     let rest = data.get(start..).unwrap_or(&[]);
     let mut cur = Bytes::new(rest, start as u64, endian, "raw profile header");
     let _magic = cur.u64()?;
@@ -508,7 +603,7 @@ fn read_one(
     let binary_ids = read_binary_ids(ids, endian)?;
 
     let record = record_size(version, is_64) as u64;
-    let records = take_section(&mut cur, h.num_data, record, "raw profile data records")?;
+    let data_records = take_section(&mut cur, h.num_data, record, "raw profile data records")?;
     skip_section(
         &mut cur,
         h.padding_before_counters,
@@ -566,24 +661,16 @@ fn read_one(
         counters_delta: h.counters_delta,
         bitmap_delta: h.bitmap_delta,
     };
-    let decoded = decode_records_in(&layout, records, counters, bitmap)?;
+    decode_records_in(&layout, data_records, counters, bitmap, records)?;
 
     // Value-profile blobs follow, one per record that has value sites.
     let mut value_pos = start + cur.position();
-    for d in &decoded {
-        if d.has_value_data {
+    for r in &records.list {
+        if r.has_value_data {
             value_pos += value_data_size(data, value_pos, endian, value_kinds(version))?;
         }
     }
-    let profile = RawProfile {
-        version,
-        variant,
-        byte_coverage: variant.byte_coverage,
-        binary_ids,
-        records: decoded.into_iter().map(|d| d.record).collect(),
-        names,
-    };
-    Ok((profile, value_pos))
+    Ok((ProfileMeta { version, variant, binary_ids, names }, value_pos))
 }
 
 /// Takes `count` items of `width` bytes as a section.

@@ -759,6 +759,11 @@ fn real_profiles_match_llvm_profdata() {
             c.byte_coverage(),
             std::ptr::eq(real, &CLANG19_BYTE_COVERAGE_V10)
         );
+        let mut merged = Counters::new();
+        ProfileReader::new().read_into(&bytes, &mut merged).unwrap();
+        for (name, hash, counts, bitmap) in real.records {
+            assert_eq!(found(&merged, name, *hash), (*counts, *bitmap), "{name} (read_into)");
+        }
         // Every cut either fails or ends between two profiles.
         for len in 1..bytes.len() {
             if let Ok(ps) = read_raw_profiles(&bytes[..len]) {
@@ -1124,4 +1129,43 @@ fn profile_kinds() {
     ));
     assert_eq!(c.profiles(), 1);
     assert_eq!(found(&c, "f", 1).0, [1]);
+}
+
+#[test]
+fn read_into_merges_as_read_and_add() {
+    // A count mismatch, a bitmap mismatch and an unresolved name, over
+    // three files, one of them two concatenated profiles.
+    let mut first = spec(10, sample_fns());
+    first.binary_ids = vec![vec![0xab; 20]];
+    let mut fns = sample_fns();
+    fns[0].slots.push(9);
+    fns[1].bitmap.push(0x01);
+    let mut second = spec(10, fns);
+    second.names = Some(vec!["main", "foo.c:helper"]);
+    let files = [write(&first), write(&second), [write(&first), write(&first)].concat()];
+
+    let mut added = Counters::new();
+    let mut reader = ProfileReader::new();
+    let mut ids_added = Vec::new();
+    for file in &files {
+        for p in reader.read(file).unwrap() {
+            ids_added.push(p.binary_ids.clone());
+            added.add(p).unwrap();
+        }
+    }
+    let mut merged = Counters::new();
+    let mut reader = ProfileReader::new();
+    let mut ids_merged = Vec::new();
+    for file in &files {
+        ids_merged.extend(reader.read_into(file, &mut merged).unwrap());
+    }
+
+    assert_eq!(ids_merged, ids_added);
+    assert_eq!(merged.profiles(), 4);
+    assert_eq!(merged.warnings(), added.warnings());
+    assert_eq!(merged.warnings().len(), 3, "{:?}", merged.warnings());
+    for f in sample_fns() {
+        assert_eq!(merged.lookup(name_ref(f.name), f.hash), added.lookup(name_ref(f.name), f.hash), "{}", f.name);
+    }
+    assert_eq!(found(&merged, "main", 0x1111), (&[3, 0, 15][..], &[0x0f, 0x80, 0x01][..]));
 }
