@@ -108,20 +108,28 @@ fn split_names(
     what: &'static str,
     names: &mut Vec<String>,
 ) -> Result<()> {
+    // The separator is ASCII, so the names of a valid UTF-8 text are valid:
+    // the text is checked at once, and only a bad one name by name, to
+    // point at the bad name.
+    let all = std::str::from_utf8(text).ok();
     let mut start = 0usize;
-    for piece in text.split(|&b| b == NAME_SEPARATOR) {
+    let ends = memchr::memchr_iter(NAME_SEPARATOR, text).chain(std::iter::once(text.len()));
+    for end in ends {
         let at = if in_place {
             text_offset + start as u64
         } else {
             text_offset
         };
-        if piece.is_empty() {
+        if start == end {
             return Err(Error::malformed(what, at, "empty function name"));
         }
-        let name = std::str::from_utf8(piece)
-            .map_err(|e| Error::malformed(what, at, format!("function name is not UTF-8: {e}")))?;
+        let name = match all {
+            Some(all) => &all[start..end],
+            None => std::str::from_utf8(&text[start..end])
+                .map_err(|e| Error::malformed(what, at, format!("function name is not UTF-8: {e}")))?,
+        };
         names.push(name.to_owned());
-        start += piece.len() + 1;
+        start = end + 1;
     }
     Ok(())
 }
