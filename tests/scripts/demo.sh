@@ -4,10 +4,10 @@
 #   agent, on 127.0.0.2, 127.0.0.3 and 127.0.0.4 sharing one coverage port,
 #   behind one DNS name served by a real DNS server (dnsmasq on a loopback
 #   port), as a headless Service is in Kubernetes;
-# - a Python process with the livecov hook, in a coverage directory of its
-#   own, as a second container of a pod would be;
+# - a Node service with the livecov hook (NODE_OPTIONS=--require), in a
+#   coverage directory of its own, as another container would be;
 # - `livecov sidecar` as the aggregator: it resolves the name, asks every
-#   replica and the Python process, and merges.
+#   replica, collects the Node process over its directory, and merges.
 # The demo drives traffic, fetches the merged LCOV from the aggregator,
 # prints a per-file table, and writes an HTML report when genhtml is
 # installed. Every process it starts is ended on exit, also on Ctrl-C.
@@ -48,12 +48,12 @@ wait_for() {
     return 1
 }
 
-# free_port PROTO: a port nobody listens on (tcp, or udp and tcp).
+# free_port: a port no TCP or UDP socket of this machine uses now.
 free_port() {
     local p
     for _ in $(seq 100); do
         p=$((20000 + RANDOM % 30000))
-        ss -Htuln | awk '{ print $5 }' | grep -q ":$p\$" || { echo "$p"; return; }
+        ss -Htuan | awk '{ print $5 }' | grep -q ":$p\$" || { echo "$p"; return; }
     done
     echo "demo: no free port" >&2
     return 1
@@ -74,15 +74,22 @@ livecov="$root/target/debug/livecov"
 service="$root/target/fixtures/service/$host/debug/service"
 
 agent_port=$(free_port)
-dns_port=$(free_port)
-echo "==> DNS: dnsmasq on 127.0.0.1:$dns_port answers $name with ${ips[*]}"
-printf '%s '"$name"'\n' "${ips[@]}" >"$work/hosts"
+# dnsmasq on a free port; another one if something took it meanwhile.
 dnsmasq_user=()
 [ "$(id -u)" -ne 0 ] || dnsmasq_user=(--user=root)  # root's dnsmasq would drop to a user that can't read $work
-dnsmasq --no-daemon --port="$dns_port" --listen-address=127.0.0.1 --bind-interfaces --no-resolv --no-hosts \
-    --conf-file=/dev/null --log-facility=- --addn-hosts="$work/hosts" "${dnsmasq_user[@]}" \
-    >/dev/null 2>"$work/dnsmasq.log" &
-started $!
+printf '%s '"$name"'\n' "${ips[@]}" >"$work/hosts"
+for attempt in 1 2 3 4 5; do
+    dns_port=$(free_port)
+    dnsmasq --no-daemon --port="$dns_port" --listen-address=127.0.0.1 --bind-interfaces --no-resolv --no-hosts \
+        --conf-file=/dev/null --log-facility=- --addn-hosts="$work/hosts" "${dnsmasq_user[@]}" \
+        >/dev/null 2>"$work/dnsmasq.log" &
+    dns_pid=$!
+    started "$dns_pid"
+    sleep 0.3
+    kill -0 "$dns_pid" 2>/dev/null && break
+    [ "$attempt" -lt 5 ] || { echo "demo: dnsmasq does not start: $(cat "$work/dnsmasq.log")" >&2; exit 1; }
+done
+echo "==> DNS: dnsmasq on 127.0.0.1:$dns_port answers $name with ${ips[*]}"
 
 echo "==> three replicas, the agent of each on <ip>:$agent_port (bearer token on TCP)"
 for ip in "${ips[@]}"; do
@@ -96,8 +103,15 @@ for ip in "${ips[@]}"; do
     wait_for "the replica on $ip starting" grep -q '^listening on ' "$work/replica-$ip/out"
 done
 
-echo "==> livecov sidecar as the aggregator: --replicas dns:$name:$agent_port"
-"$livecov" sidecar --replicas "dns:$name:$agent_port" --dns-server "127.0.0.1:$dns_port" \
+echo "==> a Node service with the hook: NODE_OPTIONS=--require hooks/node/livecov-hook.cjs"
+mkdir -p "$work/node"
+LIVECOV_DIR="$work/node/cov" NODE_OPTIONS="--require $root/hooks/node/livecov-hook.cjs" \
+    node fixtures/node/http/server.js >"$work/node/out" 2>"$work/node/err" </dev/null &
+started $!
+wait_for "the Node service starting" grep -q '^listening on ' "$work/node/out"
+
+echo "==> livecov sidecar as the aggregator: --replicas dns:$name:$agent_port --dir $work/node/cov"
+"$livecov" sidecar --replicas "dns:$name:$agent_port" --dns-server "127.0.0.1:$dns_port" --dir "$work/node/cov" \
     --target-token "$token" --listen 127.0.0.1:0 --poll-interval 1 --resolve-interval 2 \
     >"$work/sidecar.out" 2>"$work/sidecar.err" </dev/null &
 started $!
@@ -109,11 +123,14 @@ port_of() { sed -n 's/^listening on .*://p' "$work/replica-$1/out"; }
 curl -sf "http://${ips[0]}:$(port_of "${ips[0]}")/hello?name=demo" >/dev/null
 curl -sf "http://${ips[1]}:$(port_of "${ips[1]}")/fib?n=25" >/dev/null
 curl -sf "http://${ips[2]}:$(port_of "${ips[2]}")/primes?limit=100" >/dev/null
+node_addr=$(sed -n 's/^listening on //p' "$work/node/out")
+curl -sf "http://$node_addr/hello?name=demo" >/dev/null
+curl -sf "http://$node_addr/items?n=2" >/dev/null
 
 echo "==> merged coverage: curl http://$aggregator/coverage"
 all_answered() {
     curl -sf "http://$aggregator/targets" >"$work/targets.json" &&
-        [ "$(grep -o '"state":"running"' "$work/targets.json" | wc -l)" -ge "${#ips[@]}" ]
+        [ "$(grep -o '"state":"running"' "$work/targets.json" | wc -l)" -ge $((${#ips[@]} + 1)) ]
 }
 wait_for "every replica answering the aggregator" all_answered
 curl -sf "http://$aggregator/coverage" >"$work/merged.lcov"

@@ -1,6 +1,6 @@
 //! `make demo` (tests/scripts/demo.sh), really run: it must merge what
-//! every replica served, print its table, and leave no process behind,
-//! also when interrupted half-way.
+//! every replica and the Node process served, print its table, and leave
+//! no process behind, also when interrupted half-way.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -54,6 +54,9 @@ fn the_demo_merges_every_replica_and_cleans_up_also_when_interrupted() {
         let hits: u64 = handlers.functions.iter().filter(|(name, _)| name.ends_with(&format!("::{function}"))).map(|(_, c)| c).sum();
         assert!(hits > 0, "{function} (served by one replica) is not covered in the merge: {:?}", handlers.functions);
     }
+    // The Node process, collected over its directory, is in the merge too.
+    let node = file_ending(&files, "fixtures/node/http/server.js");
+    assert!(node.functions.get("hello").is_some_and(|&c| c > 0), "the Node service's hello: {:?}", node.functions);
     // The table: a row per file with the report's numbers, and the total.
     let lf: u64 = merged.lines().filter_map(|l| l.strip_prefix("LF:")).map(|v| v.parse::<u64>().expect("LF")).sum();
     let lh: u64 = merged.lines().filter_map(|l| l.strip_prefix("LH:")).map(|v| v.parse::<u64>().expect("LH")).sum();
