@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Benchmarks the Python hook (hooks/python) and prints markdown tables:
+#
+# 1. Start: `python -c pass` without the hook's variables and with
+#    LIVECOV_DIR set (coverage.py imported and started, the socket bound),
+#    median of 10.
+# 2. Requests/s of the Flask fixture (fixtures/python, GET /price/pear) under
+#    gunicorn with one sync worker, wrk -t1 -c4 on 127.0.0.1 for
+#    BENCH_PYTHON_LOAD_SECS (default 10) s: without the hook, under
+#    `coverage run --branch` (coverage.py's tracer without the hook: what
+#    measuring costs by itself), with the hook, and with the hook while a
+#    loop fetches /coverage from the worker's socket every 100 ms (the
+#    worker's CPU time then includes the dumps'); BENCH_PYTHON_ROUNDS
+#    (default 3) rounds, the median of each. Also the worker's CPU time per
+#    request (/proc/PID/stat), steadier than requests/s on a busy machine.
+# 3. Dumps and the pause they cause: the app in one process under the hook,
+#    one thread serving requests through Flask's test client as fast as it
+#    can, while the main thread takes 20 dumps over the socket. The first dump
+#    (coverage.py parses every measured file) and the median of the others,
+#    and the longest gap between two requests of the serving thread without
+#    dumps, during the first dump and during the others: how long a dump can
+#    hold the program up. Once with the default scope (the app's files), once
+#    with LIVECOV_IGNORE='^$' (the stdlib, Flask, Werkzeug, Jinja... too).
+#
+# Uses the venv of tests/scripts/deps-python.sh (made if needed). Every loop
+# is bounded in count and time; only loopback addresses. Not part of CI.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+load_secs=${BENCH_PYTHON_LOAD_SECS:-10}
+rounds=${BENCH_PYTHON_ROUNDS:-3}
+
+if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
+    echo "bench-python: installing wrk and curl"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
+fi
+tests/scripts/deps-python.sh
+venv="$root/target/python-venv"
+for name in $(compgen -e); do
+    case "$name" in LIVECOV_*) unset "$name" ;; esac
+done
+export PYTHONDONTWRITEBYTECODE=1
+
+work="$root/target/bench-python"
+rm -rf "$work"
+mkdir -p "$work"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# -- 1. start -------------------------------------------------------------------
+start_ms() { # start_ms [ENV...]: median wall time of `python -c pass`, in ms
+    /usr/bin/env "$@" "$venv/bin/python" -c pass # warm the page cache
+    for _ in $(seq 10); do
+        s=$(date +%s%N)
+        /usr/bin/env "$@" "$venv/bin/python" -c pass
+        e=$(date +%s%N)
+        echo $(( (e - s) / 1000000 ))
+    done | median
+}
+start_off=$(start_ms)
+start_on=$(start_ms LIVECOV_DIR="$work/start-cov")
+
+# -- 2. requests/s under gunicorn ---------------------------------------------------
+start_gunicorn() { # start_gunicorn NAME COMMAND...: COMMAND + gunicorn's options, in the background, logging to NAME.log
+    local name=$1
+    shift
+    (cd fixtures/python && exec "$@" --workers 1 --worker-class sync \
+        --no-control-socket --bind 127.0.0.1:0 app:app >"$work/$name.log" 2>&1) &
+    pids+=($!)
+}
+port_of() { # port_of NAME: the port gunicorn NAME listens on, once it answers
+    local port
+    for _ in $(seq 200); do
+        port=$(sed -n 's/.*Listening at: http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/$1.log")
+        if [ -n "$port" ] && curl -sf "http://127.0.0.1:$port/" >/dev/null; then
+            echo "$port"
+            return
+        fi
+        sleep 0.05
+    done
+    echo "bench-python: gunicorn ($1) did not start:" >&2
+    cat "$work/$1.log" >&2
+    exit 1
+}
+worker_of() { # worker_of MASTER: the pid of the master's (one) worker
+    local pid
+    for _ in $(seq 200); do
+        pid=$(ps -o pid= --ppid "$1" | head -1 | tr -d ' ')
+        [ -n "$pid" ] && { echo "$pid"; return; }
+        sleep 0.05
+    done
+    echo "bench-python: no worker under $1" >&2
+    exit 1
+}
+ticks=$(getconf CLK_TCK)
+cpu_of() { awk '{ print $14 + $15 }' "/proc/$1/stat"; } # user + system time, in ticks
+wrk_run() { # wrk_run PORT WORKER SECS OUT: prints "requests/s CPU-microseconds-per-request"
+    local before after
+    before=$(cpu_of "$2")
+    wrk -t1 -c4 -d"$3s" --timeout 5s "http://127.0.0.1:$1/price/pear?region=us" >"$4" 2>&1 ||
+        { echo "bench-python: wrk failed:" >&2; cat "$4" >&2; exit 1; }
+    after=$(cpu_of "$2")
+    awk -v cpu=$((after - before)) -v hz="$ticks" '
+        / requests in / { n = $1 }
+        /Requests\/sec/ { rps = $2 }
+        END { printf "%s %.0f\n", rps, cpu / hz * 1e6 / n }' "$4"
+}
+
+start_gunicorn off "$venv/bin/gunicorn"
+start_gunicorn on env LIVECOV_DIR="$work/gunicorn-cov" "$venv/bin/gunicorn"
+# coverage.py alone, for comparison: the worker inherits the master's tracer at the fork.
+start_gunicorn coverage "$venv/bin/coverage" run --branch --data-file="$work/coverage-run.data" -m gunicorn
+master_off=${pids[0]}
+master_on=${pids[1]}
+master_coverage=${pids[2]}
+port_off=$(port_of off)
+port_on=$(port_of on)
+port_coverage=$(port_of coverage)
+worker_off=$(worker_of "$master_off")
+worker_on=$(worker_of "$master_on")
+worker_coverage=$(worker_of "$master_coverage")
+worker_socket=""
+for _ in $(seq 200); do
+    for s in "$work"/gunicorn-cov/sockets/*.sock; do
+        [ -S "$s" ] || continue
+        ppid=$(curl -s --unix-socket "$s" localhost/health | sed -n 's/.*"ppid": \([0-9]*\).*/\1/p')
+        [ "$ppid" = "$master_on" ] && worker_socket=$s
+    done
+    [ -n "$worker_socket" ] && break
+    sleep 0.05
+done
+[ -n "$worker_socket" ] || { echo "bench-python: no worker socket in $work/gunicorn-cov" >&2; exit 1; }
+
+wrk_run "$port_off" "$worker_off" 2 "$work/warmup-off" >/dev/null
+wrk_run "$port_on" "$worker_on" 2 "$work/warmup-on" >/dev/null
+wrk_run "$port_coverage" "$worker_coverage" 2 "$work/warmup-coverage" >/dev/null
+for r in $(seq "$rounds"); do
+    wrk_run "$port_off" "$worker_off" "$load_secs" "$work/wrk-off-$r" >>"$work/off"
+    wrk_run "$port_coverage" "$worker_coverage" "$load_secs" "$work/wrk-coverage-$r" >>"$work/coverage"
+    wrk_run "$port_on" "$worker_on" "$load_secs" "$work/wrk-on-$r" >>"$work/on"
+    (
+        end=$((SECONDS + load_secs + 2))
+        while [ $SECONDS -lt $end ]; do
+            curl -s --max-time 5 --unix-socket "$worker_socket" localhost/coverage >/dev/null || true
+            sleep 0.1
+        done
+    ) &
+    dumper=$!
+    wrk_run "$port_on" "$worker_on" "$load_secs" "$work/wrk-dumps-$r" >>"$work/dumps"
+    kill "$dumper" 2>/dev/null || true
+    wait "$dumper" 2>/dev/null || true
+done
+for config in off coverage on dumps; do
+    declare "rps_$config=$(cut -d' ' -f1 "$work/$config" | median)"
+    declare "cpu_$config=$(cut -d' ' -f2 "$work/$config" | median)"
+done
+
+# -- 3. dumps and pauses --------------------------------------------------------------
+cat >"$work/pause.py" <<'EOF'
+# The app served by one thread through Flask's test client, dumps taken by
+# the main thread over the hook's socket; prints one JSON line of timings.
+import json, os, socket, statistics, sys, threading, time
+
+sys.path.insert(0, sys.argv[1])
+from app import app
+
+client = app.test_client()
+sockets = os.path.join(os.environ["LIVECOV_DIR"], "sockets")
+path = os.path.join(sockets, next(f for f in os.listdir(sockets) if f.startswith(f"python-{os.getpid()}-")))
+
+def dump():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    started = time.perf_counter()
+    s.sendall(b"GET /coverage HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    size = 0
+    while chunk := s.recv(1 << 16):
+        size += len(chunk)
+    s.close()
+    return time.perf_counter() - started, size
+
+stop = False
+stamps = []
+def serve():
+    while not stop:
+        client.get("/price/pear?region=us")
+        stamps.append(time.perf_counter())
+
+def worst_gap(since, until):
+    times = [t for t in stamps if since <= t <= until]
+    return max((b - a for a, b in zip(times, times[1:])), default=0.0)
+
+thread = threading.Thread(target=serve)
+thread.start()
+time.sleep(0.5)
+t0 = time.perf_counter()
+time.sleep(1.0)
+t1 = time.perf_counter()
+first, size = dump()
+t2 = time.perf_counter()
+warm = []
+for _ in range(19):
+    warm.append(dump()[0])
+    time.sleep(0.05)
+t3 = time.perf_counter()
+stop = True
+thread.join()
+print(json.dumps({
+    "bytes": size, "first_ms": first * 1e3, "warm_ms": statistics.median(warm) * 1e3,
+    "gap_none_ms": worst_gap(t0, t1) * 1e3, "gap_first_ms": worst_gap(t1, t2) * 1e3,
+    "gap_warm_ms": worst_gap(t2, t3) * 1e3,
+    "median_request_ms": statistics.median(b - a for a, b in zip(stamps, stamps[1:])) * 1e3,
+}))
+EOF
+pause_default=$(LIVECOV_DIR="$work/pause-cov" "$venv/bin/python" "$work/pause.py" "$root/fixtures/python")
+pause_all=$(LIVECOV_DIR="$work/pause-all-cov" LIVECOV_IGNORE='^$' "$venv/bin/python" "$work/pause.py" "$root/fixtures/python")
+
+field() { echo "$1" | "$venv/bin/python" -c "import json, sys; print(f'{json.load(sys.stdin)[\"$2\"]:.${3:-1}f}')"; }
+
+echo
+echo "1. Start: python -c pass, median of 10"
+echo
+echo "| hook | ms |"
+echo "|---|---:|"
+echo "| off (LIVECOV_DIR unset) | $start_off |"
+echo "| on (LIVECOV_DIR set) | $start_on |"
+echo
+echo "2. Flask fixture GET /price/pear, gunicorn 1 sync worker, wrk -t1 -c4 -d${load_secs}s on 127.0.0.1, median of $rounds"
+echo
+echo "| | requests/s | worker CPU per request (us) | CPU vs. no hook |"
+echo "|---|---:|---:|---:|"
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
+echo "| no hook | $rps_off | $cpu_off | 100% |"
+echo "| no hook, coverage run --branch (its tracer alone) | $rps_coverage | $cpu_coverage | $(pct "$cpu_coverage" "$cpu_off") |"
+echo "| hook | $rps_on | $cpu_on | $(pct "$cpu_on" "$cpu_off") |"
+echo "| hook, /coverage every 100 ms | $rps_dumps | $cpu_dumps | $(pct "$cpu_dumps" "$cpu_off") |"
+echo
+echo "3. Dumps and the pause of a thread serving requests (one process, 20 dumps)"
+echo
+echo "| scope | LCOV bytes | first dump ms | warm dump ms (median) | request ms (median) | longest gap, no dump | during the first dump | during warm dumps |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for scope in default all; do
+    if [ $scope = default ]; then json=$pause_default; label="app files (default)"; else json=$pause_all; label="everything (LIVECOV_IGNORE='^\$')"; fi
+    echo "| $label | $(field "$json" bytes 0) | $(field "$json" first_ms) | $(field "$json" warm_ms) | $(field "$json" median_request_ms 2) | $(field "$json" gap_none_ms) | $(field "$json" gap_first_ms) | $(field "$json" gap_warm_ms) |"
+done
