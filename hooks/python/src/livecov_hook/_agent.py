@@ -105,6 +105,9 @@ class _Waiter:
         self.value = value
         self._done.set()
 
+    def done(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
     def wait(self, timeout: float, what: str) -> object:
         if not self._done.wait(timeout):
             raise ApiError(503, f"{what} did not finish within {int(timeout * 1000)} ms")
@@ -145,9 +148,13 @@ class Agent:
             self.server = Server(self, self.instance, unix, self.config.listen, self.config.token)
         except OSError as e:
             raise OSError(f"cannot listen: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")) from None
-        self._write_metadata("running", [])
-        self._thread.start()
-        self.server.start()
+        try:
+            self._write_metadata("running", [])
+            self._thread.start()
+            self.server.start()
+        except BaseException:
+            self.server.close()
+            raise
 
     # -- the API (called on connection threads) --------------------------------
 
@@ -376,7 +383,8 @@ def _at_exit() -> None:
         if agent.engine_running:
             waiter = _Waiter()
             agent.jobs.put(("exit", waiter))
-            waiter._done.wait(EXIT_TIMEOUT)
+            if not waiter.done(EXIT_TIMEOUT):
+                complain(f"no final report: not written within {EXIT_TIMEOUT:.0f} s")
         else:
             agent._finish()
     except Exception as e:
@@ -389,8 +397,11 @@ def _before_fork() -> None:
     global _fork_held
     _fork_held = None
     agent = _current
-    if agent is not None and agent.lock.acquire(timeout=FORK_TIMEOUT):
-        _fork_held = agent
+    try:
+        if agent is not None and agent.lock.acquire(timeout=FORK_TIMEOUT):
+            _fork_held = agent
+    except Exception as e:
+        complain(f"before fork: {e}")
 
 
 def _after_fork_in_parent() -> None:

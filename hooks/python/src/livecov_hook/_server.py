@@ -271,7 +271,9 @@ class Server:
             self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         except BaseException:
             self._close_listeners()
+            self._remove_socket_file()
             raise
+        self._closing = False
         self._thread = threading.Thread(target=self._serve, name="livecov-accept", daemon=True)
 
     def start(self) -> None:
@@ -280,10 +282,17 @@ class Server:
     def close(self) -> None:
         """Stops accepting (the accept thread closes the listeners) and removes
         the socket file if it is still ours. In-flight requests finish."""
+        if self._closing:
+            return
+        self._closing = True
         try:
             os.write(self._wake_w, b"x")
         except OSError:
             pass
+        # Closed once and forgotten: a later write or close could reach a file
+        # that reused the number.
+        fd, self._wake_w = self._wake_w, -1
+        os.close(fd)
         self._remove_socket_file()
 
     def abandon(self) -> None:
@@ -296,10 +305,8 @@ class Server:
         for conn in list(self._connections):
             conn.close()
         for fd in (self._wake_r, self._wake_w):
-            try:
+            if fd >= 0:
                 os.close(fd)
-            except OSError:
-                pass
 
     def _close_listeners(self) -> None:
         for listener, _ in self._listeners:
@@ -334,11 +341,8 @@ class Server:
         finally:
             selector.close()
             self._close_listeners()
-            for fd in (self._wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            fd, self._wake_r = self._wake_r, -1
+            os.close(fd)
 
     def _accept(self, listener: socket.socket, tcp: bool) -> None:
         try:
@@ -431,7 +435,7 @@ def _bind_unix(path: str, mode: int) -> tuple[socket.socket, tuple[int, int]]:
     with a wider mode: bound in a fresh private directory beside it (0700),
     chmod-ed, then renamed into place (the umask is process-wide and cannot be
     changed safely in a threaded host). Binds in place and chmods when that
-    directory cannot be made. A stale socket at `path` is replaced; any other
+    does not work (e.g. a path too long for a socket in that directory). A stale socket at `path` is replaced; any other
     file there is an error. Returns the socket and the file's (device, inode)."""
     try:
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
