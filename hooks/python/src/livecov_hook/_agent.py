@@ -78,15 +78,20 @@ def start() -> str | None:
         return None
     if config is None:
         return None
+    agent = None
     try:
         engine = Engine(config)
         agent = Agent(config, engine)
-        agent.launch()
+        # A request that comes at once waits for coverage.py to have started.
+        with agent.lock:
+            agent.launch()
+            # Our threads run already, so coverage.py never traces them.
+            engine.start()
     except Exception as e:
+        if agent is not None and agent.server is not None:
+            agent.server.close()
         complain(f"not started: {e}")
         return None
-    # Our threads run already, so coverage.py never traces them.
-    engine.start()
     _current = agent
     _install_hooks()
     return agent.instance
