@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::Duration;
@@ -604,6 +604,8 @@ impl Gunicorn {
         let app_socket = dir.join("app.sock");
         let log = File::create(dir.join("gunicorn.log")).expect("log file");
         let child = python::command("gunicorn")
+            // A group of its own: dropping the handle ends the workers too.
+            .process_group(0)
             .args(["--workers", "4", "--worker-class", "sync", "--no-control-socket", "--graceful-timeout", "20"])
             .arg("--bind")
             .arg(format!("unix:{}", app_socket.display()))
@@ -654,7 +656,8 @@ impl Gunicorn {
 
 impl Drop for Gunicorn {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // Safety: killpg(2) on the group this test made; the master leads it.
+        unsafe { libc::killpg(self.child.id() as i32, libc::SIGKILL) };
         let _ = self.child.wait();
     }
 }
