@@ -8,10 +8,11 @@
 # - llvm-profdata-14 and llvm-profdata-13, to index clang-14 and clang-13
 #   profiles for llvm-cov 22;
 # - cmake and pkg-config, to build C programs against liblivecov as the docs say;
+# - jq, which the docs' examples use to read livecov's JSON (tests/tests/docs.rs runs them);
 # - Node.js and npm, for the Node hook and its fixtures.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq)
 
 missing=()
 for p in "${apt_packages[@]}"; do
