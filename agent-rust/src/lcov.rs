@@ -6,6 +6,8 @@
 //! `BRF`/`BRH`, then `LF`/`LH`, which llvm-cov takes from per-function
 //! summaries rather than from the `DA` lines (see `docs/formats.md`).
 
+mod v0;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -372,13 +374,11 @@ pub fn display_name(name: &str, no_demangle: bool) -> std::borrow::Cow<'_, str> 
     demangle(name).map_or(name.into(), Into::into)
 }
 
-/// Appends [`display_name`] to `out`.
+/// Appends [`display_name`] to `out`, Rust v0 symbols by the fast path.
 fn write_display_name(out: &mut String, name: &str, no_demangle: bool) {
     if no_demangle {
         out.push_str(name);
-    } else if let Ok(d) = rustc_demangle::try_demangle(name) {
-        let _ = write!(out, "{d:#}");
-    } else {
+    } else if v0::demangle_into(name, out).is_none() {
         out.push_str(&display_name(name, false));
     }
 }
