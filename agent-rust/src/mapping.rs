@@ -558,6 +558,9 @@ fn read_regions(
     regions: &mut Vec<Region>,
 ) -> Result<()> {
     let num_regions = data.uleb_len()?;
+    // The mapping of a large program holds hundreds of thousands of
+    // regions: no slack. (The count is at most the bytes that remain.)
+    regions.reserve_exact(num_regions);
     let mut line_start = 0u32;
     for _ in 0..num_regions {
         let at = data.position();
