@@ -8,6 +8,7 @@
 
 mod v0;
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -106,32 +107,34 @@ fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl Fn
         return;
     }
     // Files take very different times: threads take the next file from a
-    // shared index, and the records are emitted in file order.
+    // shared index. This thread emits the records in file order as they
+    // come, so that only those finished ahead of their turn are held.
     let next = AtomicUsize::new(0);
-    let mut records: Vec<(usize, String)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&file) = files.get(i) else { break done };
-                        let mut out = String::new();
-                        write_file(&mut out, coverage, file, options);
-                        done.push((i, out));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
-            .collect()
+    std::thread::scope(|scope| {
+        let (done, finished) = std::sync::mpsc::channel::<(usize, String)>();
+        for _ in 0..threads {
+            let (done, next, files) = (done.clone(), &next, &files);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&file) = files.get(i) else { break };
+                let mut out = String::new();
+                write_file(&mut out, coverage, file, options);
+                if done.send((i, out)).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(done);
+        let mut ahead: BTreeMap<usize, String> = BTreeMap::new();
+        let mut turn = 0;
+        for (i, record) in finished {
+            ahead.insert(i, record);
+            while let Some(record) = ahead.remove(&turn) {
+                emit(&record);
+                turn += 1;
+            }
+        }
     });
-    records.sort_unstable_by_key(|(i, _)| *i);
-    for (_, record) in records {
-        emit(&record);
-    }
 }
 
 /// Whether `options` leave `file` out of reports.
