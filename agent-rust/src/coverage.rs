@@ -25,10 +25,10 @@ impl CounterSource for crate::profile::Counters {
     }
 }
 
-/// A region with its evaluated counts.
+/// A region of the mapping with its evaluated counts.
 #[derive(Debug, Clone, Copy)]
-pub struct CountedRegion {
-    pub region: Region,
+pub struct CountedRegion<'m> {
+    pub region: &'m Region,
     pub count: u64,
     pub false_count: u64,
     /// A branch side whose counter is the constant zero (folded away).
@@ -36,7 +36,7 @@ pub struct CountedRegion {
     pub false_folded: bool,
 }
 
-impl CountedRegion {
+impl CountedRegion<'_> {
     fn start(&self) -> (u32, u32) {
         self.region.start()
     }
@@ -50,13 +50,13 @@ impl CountedRegion {
 
 /// One function with counts, as llvm-cov's `FunctionRecord`.
 #[derive(Debug, Clone)]
-pub struct FunctionRecord {
+pub struct FunctionRecord<'m> {
     /// The name without a leading `\x01` or the prefix of its own file name.
-    pub name: String,
-    pub filenames: Vec<FileName>,
+    pub name: &'m str,
+    pub filenames: &'m [FileName],
     /// Non-branch regions, in mapping order.
-    pub regions: Vec<CountedRegion>,
-    pub branches: Vec<CountedRegion>,
+    pub regions: Vec<CountedRegion<'m>>,
+    pub branches: Vec<CountedRegion<'m>>,
     /// The count of the function's first region.
     pub execution_count: u64,
     /// The file id of the function's own body: the first one no expansion
@@ -77,23 +77,23 @@ pub struct Segment {
 
 /// An expansion region of a function: the macro or include it expands to.
 #[derive(Debug, Clone, Copy)]
-pub struct Expansion {
+pub struct Expansion<'m> {
     pub function: usize,
     /// The expansion region itself (its `expanded_file_id` is the file).
-    pub region: CountedRegion,
+    pub region: CountedRegion<'m>,
 }
 
 /// Segments, expansions and branches of one file, function or expansion.
 /// Filling one again (the `*_into` queries) reuses its buffers.
 #[derive(Debug, Default)]
-pub struct CoverageData {
+pub struct CoverageData<'m> {
     pub segments: Vec<Segment>,
-    pub expansions: Vec<Expansion>,
-    pub branches: Vec<CountedRegion>,
+    pub expansions: Vec<Expansion<'m>>,
+    pub branches: Vec<CountedRegion<'m>>,
     scratch: Scratch,
 }
 
-impl CoverageData {
+impl CoverageData<'_> {
     fn clear(&mut self) {
         self.segments.clear();
         self.expansions.clear();
@@ -114,7 +114,7 @@ pub struct LineStats {
 #[derive(Debug)]
 pub struct Coverage<'m> {
     pub mapping: &'m CoverageMapping,
-    pub functions: Vec<FunctionRecord>,
+    pub functions: Vec<FunctionRecord<'m>>,
     /// Functions whose structural hash differs from the profile's: dropped.
     pub mismatched: Vec<(String, u64)>,
     by_file: FxHashMap<FileName, Vec<usize>>,
@@ -141,7 +141,10 @@ impl<'m> Coverage<'m> {
         };
         // (files, name) pairs already loaded: a later record of the same
         // function from another object is a duplicate.
-        let mut provenance: FxHashSet<(&[FileName], &str)> = FxHashSet::default();
+        let expected = indices.size_hint().0;
+        let mut provenance: FxHashSet<(&[FileName], &str)> =
+            FxHashSet::with_capacity_and_hasher(expected, Default::default());
+        coverage.functions.reserve(expected);
         for f in indices.filter_map(|i| mapping.functions.get(i)) {
             let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
                 Lookup::Found { counters, .. } => counters,
@@ -166,7 +169,7 @@ impl<'m> Coverage<'m> {
                 continue;
             }
             let index = coverage.functions.len();
-            for &file in &record.filenames {
+            for &file in record.filenames {
                 let indices = coverage.by_file.entry(file).or_default();
                 if indices.last() != Some(&index) {
                     indices.push(index);
@@ -192,7 +195,7 @@ impl<'m> Coverage<'m> {
     }
 
     /// Functions defined in `file` (their first file), in load order.
-    pub fn functions_in(&self, file: FileName) -> impl Iterator<Item = &FunctionRecord> {
+    pub fn functions_in(&self, file: FileName) -> impl Iterator<Item = &FunctionRecord<'m>> {
         self.functions_touching(file)
             .iter()
             .map(|&i| &self.functions[i])
@@ -201,7 +204,7 @@ impl<'m> Coverage<'m> {
 
     /// Coverage of every region of every function that maps into `file`,
     /// into `data`.
-    pub fn for_file_into(&self, file: FileName, data: &mut CoverageData) {
+    pub fn for_file_into(&self, file: FileName, data: &mut CoverageData<'m>) {
         data.clear();
         let spans = &mut data.scratch.spans;
         for &index in self.functions_touching(file) {
@@ -221,7 +224,7 @@ impl<'m> Coverage<'m> {
 
     /// Coverage of a function's own file (macro expansions excluded), into
     /// `data`.
-    pub fn for_function_into(&self, index: usize, data: &mut CoverageData) {
+    pub fn for_function_into(&self, index: usize, data: &mut CoverageData<'m>) {
         match self.functions[index].main_file {
             Some(main) => self.for_file_id_into(index, main, data),
             None => data.clear(),
@@ -229,13 +232,13 @@ impl<'m> Coverage<'m> {
     }
 
     /// Coverage of what an expansion region expands to.
-    pub fn for_expansion(&self, expansion: &Expansion) -> CoverageData {
+    pub fn for_expansion(&self, expansion: &Expansion<'m>) -> CoverageData<'m> {
         let mut data = CoverageData::default();
         self.for_file_id_into(expansion.function, expansion.region.region.expanded_file_id, &mut data);
         data
     }
 
-    fn for_file_id_into(&self, index: usize, file_id: u32, data: &mut CoverageData) {
+    fn for_file_id_into(&self, index: usize, file_id: u32, data: &mut CoverageData<'m>) {
         let f = &self.functions[index];
         data.clear();
         let spans = &mut data.scratch.spans;
@@ -376,12 +379,16 @@ impl<'a> Evaluator<'a> {
     }
 }
 
-fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]) -> Option<FunctionRecord> {
+fn count_regions<'m>(
+    name: &'m str,
+    f: &'m crate::mapping::FunctionMapping,
+    counts: &[u64],
+) -> Option<FunctionRecord<'m>> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
     let branches = f.regions.iter().filter(|r| r.is_branch()).count();
     let mut record = FunctionRecord {
-        name: name.to_owned(),
-        filenames: f.filenames.clone(),
+        name,
+        filenames: &f.filenames,
         regions: Vec::with_capacity(f.regions.len() - branches),
         branches: Vec::with_capacity(branches),
         execution_count: 0,
@@ -392,7 +399,7 @@ fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]
             continue;
         }
         let counted = CountedRegion {
-            region: *r,
+            region: r,
             count: eval.eval(r.count)? as u64,
             false_count: eval.eval(r.false_count)? as u64,
             true_folded: r.count == Counter::Zero,
@@ -412,7 +419,7 @@ fn count_regions(name: &str, f: &crate::mapping::FunctionMapping, counts: &[u64]
 
 /// Turns nested regions of one file into a sorted list of segments, exactly
 /// as llvm-cov's `SegmentBuilder`.
-pub fn build_segments(regions: Vec<CountedRegion>) -> Vec<Segment> {
+pub fn build_segments(regions: Vec<CountedRegion<'_>>) -> Vec<Segment> {
     let mut scratch = Scratch { spans: regions.iter().map(Span::of).collect(), ..Scratch::default() };
     let mut segments = Vec::new();
     scratch.build_segments(&mut segments);
@@ -431,7 +438,7 @@ struct Span {
 }
 
 impl Span {
-    fn of(r: &CountedRegion) -> Span {
+    fn of(r: &CountedRegion<'_>) -> Span {
         let at = |(line, col): (u32, u32)| u64::from(line) << 32 | u64::from(col);
         Span { start: at(r.start()), end: at(r.end()), count: r.count, kind: r.kind() }
     }
@@ -651,9 +658,10 @@ fn stats_for_line(on_line: &[Segment], wrapped: Option<&Segment>, line: u32) -> 
 mod tests {
     use super::*;
 
-    fn region(kind: RegionKind, start: (u32, u32), end: (u32, u32), count: u64) -> CountedRegion {
+    fn region(kind: RegionKind, start: (u32, u32), end: (u32, u32), count: u64) -> CountedRegion<'static> {
         CountedRegion {
-            region: Region {
+            // A mapping region lives as long as the mapping: here, the test.
+            region: Box::leak(Box::new(Region {
                 kind,
                 count: Counter::Counter(0),
                 false_count: Counter::Zero,
@@ -663,7 +671,7 @@ mod tests {
                 column_start: start.1,
                 line_end: end.0,
                 column_end: end.1,
-            },
+            })),
             count,
             false_count: 0,
             true_folded: false,

@@ -59,7 +59,7 @@ impl Summary {
         self.branches_hit = self.branches_hit.max(other.branches_hit);
     }
 
-    fn add_branches(&mut self, branches: &[CountedRegion]) {
+    fn add_branches(&mut self, branches: &[CountedRegion<'_>]) {
         for b in branches {
             if !b.true_folded {
                 self.branches += 1;
@@ -228,7 +228,7 @@ fn push_line(out: &mut String, tag: &str, n: impl itoa::Integer) {
 
 /// The file's line and branch totals, its number of functions (groups) and
 /// of functions executed. `data` is a buffer.
-fn file_summary(coverage: &Coverage<'_>, file: FileName, data: &mut CoverageData) -> (Summary, u64, u64) {
+fn file_summary<'m>(coverage: &Coverage<'m>, file: FileName, data: &mut CoverageData<'m>) -> (Summary, u64, u64) {
     let mut total = Summary::default();
     let (mut functions, mut hit) = (0, 0);
     for group in coverage.instantiation_groups(file) {
@@ -251,7 +251,7 @@ fn file_summary(coverage: &Coverage<'_>, file: FileName, data: &mut CoverageData
     (total, functions, hit)
 }
 
-fn function_summary(coverage: &Coverage<'_>, index: usize, data: &mut CoverageData) -> Summary {
+fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut CoverageData<'m>) -> Summary {
     coverage.for_function_into(index, data);
     let mut s = Summary::default();
     line_stats(&data.segments, |l, run| {
@@ -265,7 +265,7 @@ fn function_summary(coverage: &Coverage<'_>, index: usize, data: &mut CoverageDa
     s
 }
 
-fn add_expansion_branches(coverage: &Coverage<'_>, data: &CoverageData, s: &mut Summary) {
+fn add_expansion_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, s: &mut Summary) {
     for e in &data.expansions {
         let inner = coverage.for_expansion(e);
         s.add_branches(&inner.branches);
@@ -275,23 +275,23 @@ fn add_expansion_branches(coverage: &Coverage<'_>, data: &CoverageData, s: &mut 
 
 /// A branch with the chain of expansion starts that leads to it: its own
 /// start for a branch in the file itself.
-struct NestedBranch {
-    region: CountedRegion,
+struct NestedBranch<'m> {
+    region: CountedRegion<'m>,
     path: Vec<(u32, u32)>,
     position: usize,
     ignore: bool,
 }
 
-fn is_unfolded(b: &CountedRegion) -> bool {
+fn is_unfolded(b: &CountedRegion<'_>) -> bool {
     !b.true_folded || !b.false_folded
 }
 
-fn collect_nested_branches(
-    coverage: &Coverage<'_>,
-    data: &CoverageData,
+fn collect_nested_branches<'m>(
+    coverage: &Coverage<'m>,
+    data: &CoverageData<'m>,
     path: &mut Vec<(u32, u32)>,
     position: &mut usize,
-    out: &mut Vec<NestedBranch>,
+    out: &mut Vec<NestedBranch<'m>>,
 ) {
     for e in &data.expansions {
         let inner = coverage.for_expansion(e);
@@ -307,8 +307,8 @@ fn collect_nested_branches(
     }
 }
 
-fn write_branches(out: &mut String, coverage: &Coverage<'_>, data: &CoverageData) {
-    let mut branches: Vec<NestedBranch> = Vec::new();
+fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
+    let mut branches: Vec<NestedBranch<'m>> = Vec::new();
     for b in data.branches.iter().filter(|b| is_unfolded(b)) {
         let position = branches.len();
         branches.push(NestedBranch { region: *b, path: vec![b.region.start()], position, ignore: false });
