@@ -22,6 +22,9 @@ ips=(127.0.0.2 127.0.0.3 127.0.0.4)
 pids=()
 cleanup() {
     local p
+    # Also the children not yet in the list: an interrupt can land between
+    # a `&` and the `started $!` after it.
+    pids+=($(pgrep -P $$ || true))
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done

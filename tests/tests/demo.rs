@@ -35,6 +35,24 @@ fn assert_nothing_left(work: &Path) {
             .unwrap_or(false);
         assert!(!alive || zombie, "process {pid} started by the demo is still running");
     }
+    // Also those it may have failed to list: every process that names the
+    // demo's folder or DNS name in its arguments or environment.
+    let marks = [work.display().to_string(), "service.demo.livecov.test".to_owned()];
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let read = |what: &str| std::fs::read(entry.path().join(what)).unwrap_or_default();
+        let (cmdline, environ, stat) = (read("cmdline"), read("environ"), read("stat"));
+        let zombie = String::from_utf8_lossy(&stat).rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+        let names_demo = |bytes: &[u8]| marks.iter().any(|m| String::from_utf8_lossy(bytes).contains(m.as_str()));
+        assert!(
+            zombie || !(names_demo(&cmdline) || names_demo(&environ)),
+            "process {pid} ({}) of the demo is still running",
+            String::from_utf8_lossy(&cmdline).replace('\0', " ")
+        );
+    }
 }
 
 #[test]
