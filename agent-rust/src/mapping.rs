@@ -12,12 +12,13 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
-use crate::profile;
+use crate::profile::{self, NameTable};
 
 /// Stored version numbers are zero-based: 3 is LLVM's "Version4".
 const FIRST_SUPPORTED_VERSION: u32 = 3;
@@ -155,6 +156,20 @@ impl CoverageMapping {
     /// file image and appends its functions. Returns `Ok(None)` when the
     /// object carries no coverage mapping at all.
     pub fn add_object(&mut self, image: &[u8]) -> Result<Option<ObjectInfo>> {
+        self.add_object_with_names(image, |section| NameTable::decode(section).map(Arc::new))
+    }
+
+    /// As [`add_object`](Self::add_object), with the table of the object's
+    /// `__llvm_prf_names` from `names`, given the section's bytes (after the
+    /// other sections' headers are read): the profiles of a binary carry the
+    /// same section, and a caller that decoded it for them can hand that
+    /// table over (see [`NameTable::is_section`]) instead of having it
+    /// decoded again.
+    pub fn add_object_with_names(
+        &mut self,
+        image: &[u8],
+        names: impl FnOnce(&[u8]) -> Result<Arc<NameTable>>,
+    ) -> Result<Option<ObjectInfo>> {
         use object::{Object, ObjectSection};
 
         let file = object::File::parse(image).map_err(|e| {
@@ -173,11 +188,10 @@ impl CoverageMapping {
             return Ok(None);
         };
         let covfun = section("__llvm_covfun")?.unwrap_or_default();
-        let names = section("__llvm_prf_names")?.unwrap_or_default();
-        let names = profile::decode_names(&names).map_err(|e| e.context("section __llvm_prf_names"))?;
-        let names: FxHashMap<u64, String> =
-            names.into_iter().map(|n| (profile::name_ref(&n), n)).collect();
-        self.add_sections(&covmap, &covfun, &names, endian)?;
+        let names_section = section("__llvm_prf_names")?.unwrap_or_default();
+        let tables = self.read_covmap(&covmap, endian)?;
+        let names = names(&names_section).map_err(|e| e.context("section __llvm_prf_names"))?;
+        self.read_covfun(&covfun, &tables, |name_ref| names.get(name_ref), endian)?;
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
     }
 
@@ -191,7 +205,7 @@ impl CoverageMapping {
         endian: Endian,
     ) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
-        self.read_covfun(covfun, &tables, names, endian)
+        self.read_covfun(covfun, &tables, |name_ref| names.get(&name_ref).map(String::as_str), endian)
     }
 
     /// Reads every compilation unit's header and filename table, keyed by the
@@ -230,11 +244,13 @@ impl CoverageMapping {
         Ok(tables)
     }
 
-    fn read_covfun<S: BuildHasher>(
+    /// Reads the function records; `names` gives the name of a name
+    /// reference.
+    fn read_covfun<'n>(
         &mut self,
         covfun: &[u8],
         tables: &FilenameTables,
-        names: &HashMap<u64, String, S>,
+        names: impl Fn(u64) -> Option<&'n str>,
         endian: Endian,
     ) -> Result<()> {
         // Index of each name reference's record among this object's
@@ -269,7 +285,7 @@ impl CoverageMapping {
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
             match by_name.get(&name_ref) {
                 None => {
-                    let Some(name) = names.get(&name_ref) else {
+                    let Some(name) = names(name_ref) else {
                         return Err(bytes.error_at(
                             record_at,
                             format!("function name {name_ref:#018x} is not in __llvm_prf_names"),
@@ -278,7 +294,7 @@ impl CoverageMapping {
                     let mapping = decode_function(&mut data, filenames)?;
                     by_name.insert(name_ref, (self.functions.len(), is_dummy));
                     self.functions.push(FunctionMapping {
-                        name: name.clone(),
+                        name: name.to_owned(),
                         name_ref,
                         hash,
                         filenames: mapping.filenames,

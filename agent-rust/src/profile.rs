@@ -46,7 +46,7 @@ use std::sync::Arc;
 
 pub use crate::bytes::Endian;
 use crate::error::{Error, Result};
-pub use names::{decode_names, name_ref, name_ref_bytes};
+pub use names::{decode_names, name_ref, name_ref_bytes, NameTable};
 pub use write::{write_raw_profile, ModuleImage};
 
 /// One raw profile: what one instrumented module (executable or shared
@@ -297,6 +297,14 @@ impl ProfileReader {
         })?;
         Ok(ids)
     }
+
+    /// The table of the names section read last: the coverage mapping of
+    /// the binary that wrote the profiles has the same section, and
+    /// [`CoverageMapping::add_object_with_names`](crate::mapping::CoverageMapping::add_object_with_names)
+    /// can use the table instead of decoding the section again.
+    pub fn names(&self) -> Option<Arc<NameTable>> {
+        self.names.table.clone()
+    }
 }
 
 /// Decodes data records from the byte images of a module's `__llvm_prf_data`
@@ -390,25 +398,12 @@ pub struct Counters {
     /// Name sections seen so far, indexed by name reference: hashing every
     /// name is most of the work of adding a profile, and the profiles of one
     /// module (one per dump, for the agent) share their names.
-    names: Vec<NameIndex>,
+    names: Vec<Arc<NameTable>>,
     unnamed: Vec<Entry>,
     variant: Option<Variant>,
     profiles: usize,
     warnings: Vec<String>,
     suppressed: usize,
-}
-
-#[derive(Clone, Debug, Default)]
-struct NameIndex {
-    list: Arc<[String]>,
-    by_ref: FxHashMap<u64, usize>,
-}
-
-impl NameIndex {
-    fn new(list: Arc<[String]>) -> Self {
-        let by_ref = list.iter().enumerate().map(|(i, n)| (name_ref(n), i)).collect();
-        NameIndex { list, by_ref }
-    }
 }
 
 /// Name sections whose index is kept (one per loaded module, usually few).
@@ -459,7 +454,11 @@ impl Counters {
             .records
             .into_iter()
             .map(|r| (r.name_ref, r.hash, Cow::Owned(r.counters), Cow::Owned(r.bitmap)));
-        self.add_records(profile.variant, profile.names, records)
+        let names = match self.names.iter().find(|t| Arc::ptr_eq(t.names(), &profile.names)) {
+            Some(table) => table.clone(),
+            None => Arc::new(NameTable::from_names(profile.names)),
+        };
+        self.add_records(profile.variant, names, records)
     }
 
     /// [`add`](Self::add) of a profile given as its variant, its names and
@@ -467,7 +466,7 @@ impl Counters {
     fn add_records<'a>(
         &mut self,
         new: Variant,
-        names: Arc<[String]>,
+        names: Arc<NameTable>,
         records: impl Iterator<Item = (u64, u64, Cow<'a, [u64]>, Cow<'a, [u8]>)>,
     ) -> Result<()> {
         if let Some(old) = self.variant {
@@ -490,20 +489,22 @@ impl Counters {
         self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
         self.profiles += 1;
 
-        let known = self.names.iter().position(|n| Arc::ptr_eq(&names, &n.list) || names == n.list);
+        let known = self.names.iter().position(|t| {
+            Arc::ptr_eq(t, &names) || Arc::ptr_eq(t.names(), names.names()) || t.names() == names.names()
+        });
         let index = known.unwrap_or_else(|| {
             if self.names.len() == MAX_NAME_SECTIONS {
                 self.names.remove(0);
             }
-            self.names.push(NameIndex::new(names));
+            self.names.push(names);
             self.names.len() - 1
         });
         let names = &self.names[index];
         let mut unresolved = HashSet::new();
         let mut pending = Vec::new();
         for (name_ref, hash, counters, bitmap) in records {
-            let (group, name) = match names.by_ref.get(&name_ref) {
-                Some(&i) => (self.by_name.entry(name_ref).or_default(), names.list[i].as_str()),
+            let (group, name) = match names.index_of(name_ref) {
+                Some(i) => (self.by_name.entry(name_ref).or_default(), names.names()[i].as_str()),
                 None => {
                     unresolved.insert(name_ref);
                     (&mut self.unnamed, "")

@@ -7,12 +7,13 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
 
 use anyhow::{bail, Context, Result};
 use livecov::coverage::Coverage;
 use livecov::lcov;
 use livecov::mapping::CoverageMapping;
-use livecov::profile::{Counters, ProfileReader};
+use livecov::profile::{Counters, NameTable, ProfileReader};
 
 #[derive(clap::Args)]
 #[command(
@@ -67,10 +68,13 @@ pub fn run(args: Args) -> Result<()> {
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
 
-    // The mapping and the profiles are independent: read them side by side.
+    // The mapping and the profiles are read side by side. The binary's
+    // names section is the one its profiles carry: the profiles' reader
+    // hands the table it decoded to the mapping's.
     let (mapping, profiles) = std::thread::scope(|scope| {
-        let mapping = scope.spawn(|| load_mapping(&args.binary, &args.objects));
-        let profiles = load_profiles(&args.profraw);
+        let (names, profile_names) = mpsc::sync_channel(1);
+        let mapping = scope.spawn(|| load_mapping(&args.binary, &args.objects, profile_names));
+        let profiles = load_profiles(&args.profraw, names);
         let mapping = mapping.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (mapping, profiles)
     });
@@ -114,16 +118,28 @@ type BuildIds = Vec<(PathBuf, Vec<u8>)>;
 type ProfileIds = Vec<(PathBuf, Vec<Vec<u8>>)>;
 
 /// Reads the coverage mapping of the binary and the extra objects, with the
-/// build id of each object that has one.
-fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, BuildIds)> {
+/// build id of each object that has one. The binary's names table comes
+/// from `profile_names` when the profiles have the same names section.
+fn load_mapping(
+    binary: &Path,
+    objects: &[PathBuf],
+    profile_names: mpsc::Receiver<Arc<NameTable>>,
+) -> Result<(CoverageMapping, BuildIds)> {
     let mut mapping = CoverageMapping::new();
     let mut build_ids = Vec::new();
     let mut found = false;
-    for path in std::iter::once(binary).chain(objects.iter().map(PathBuf::as_path)) {
+    for (i, path) in std::iter::once(binary).chain(objects.iter().map(PathBuf::as_path)).enumerate() {
         let image = map(path)?;
-        let info = mapping
-            .add_object(&image)
-            .with_context(|| format!("reading the coverage mapping of {}", path.display()))?;
+        let info = if i == 0 {
+            mapping.add_object_with_names(&image, |section| match profile_names.recv() {
+                Ok(table) if table.is_section(section) => Ok(table),
+                // No profile read, or one of another module.
+                _ => NameTable::decode(section).map(Arc::new),
+            })
+        } else {
+            mapping.add_object(&image)
+        };
+        let info = info.with_context(|| format!("reading the coverage mapping of {}", path.display()))?;
         match info {
             Some(info) => {
                 found = true;
@@ -149,11 +165,13 @@ fn load_mapping(binary: &Path, objects: &[PathBuf]) -> Result<(CoverageMapping, 
 }
 
 /// Reads and merges the raw profiles; returns the binary ids each profile
-/// names, for checking against the objects.
-fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, ProfileIds)> {
+/// names, for checking against the objects. The first names table decoded
+/// goes to `names` (dropped unsent when there is none).
+fn load_profiles(paths: &[PathBuf], names: mpsc::SyncSender<Arc<NameTable>>) -> Result<(Counters, ProfileIds)> {
     let mut counters = Counters::new();
     let mut reader = ProfileReader::new();
     let mut ids = Vec::new();
+    let mut names = Some(names);
     for path in paths {
         let data = read(path)?;
         match reader.read_into(&data, &mut counters) {
@@ -162,6 +180,12 @@ fn load_profiles(paths: &[PathBuf]) -> Result<(Counters, ProfileIds)> {
                 return Err(e).with_context(|| format!("merging raw profile {}", path.display()))
             }
             Err(e) => return Err(e).with_context(|| format!("reading raw profile {}", path.display())),
+        }
+        if let Some(table) = reader.names() {
+            if let Some(names) = names.take() {
+                // The mapping's reader may have finished without it.
+                let _ = names.send(table);
+            }
         }
     }
     Ok((counters, ids))

@@ -2,8 +2,11 @@
 //! profile) and the MD5-based `NameRef` that data and coverage records use to
 //! refer to them.
 
+use std::sync::{Arc, OnceLock};
+
 use flate2::{Decompress, FlushDecompress, Status};
 use md5::{Digest, Md5};
+use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
@@ -26,6 +29,64 @@ pub fn name_ref_bytes(bytes: &[u8]) -> u64 {
     let mut low = [0u8; 8];
     low.copy_from_slice(&digest[..8]);
     u64::from_le_bytes(low)
+}
+
+/// The names of a names section and the `NameRef` of each.
+///
+/// A module's coverage mapping and its profiles carry the same names
+/// section, and decoding it and hashing every name is a large part of
+/// reading either: a table decoded for one can serve the other (see
+/// [`is_section`](Self::is_section)).
+#[derive(Debug)]
+pub struct NameTable {
+    /// The section the table was decoded from, when it was.
+    section: Option<Vec<u8>>,
+    names: Arc<[String]>,
+    /// Index in `names` of each name reference, made at the first lookup:
+    /// reading a profile does not always need it.
+    by_ref: OnceLock<FxHashMap<u64, usize>>,
+}
+
+impl NameTable {
+    /// Decodes a names section (see [`decode_names`]).
+    pub fn decode(section: &[u8]) -> Result<NameTable> {
+        Self::decode_at(section, 0, "names section")
+    }
+
+    /// [`decode`](Self::decode) with error offsets relative to `base`.
+    pub(crate) fn decode_at(section: &[u8], base: u64, what: &'static str) -> Result<NameTable> {
+        let names = decode_names_at(section, base, what)?;
+        Ok(NameTable { section: Some(section.to_vec()), names: names.into(), by_ref: OnceLock::new() })
+    }
+
+    /// The table of names decoded elsewhere.
+    pub fn from_names(names: Arc<[String]>) -> NameTable {
+        NameTable { section: None, names, by_ref: OnceLock::new() }
+    }
+
+    /// The names, in section order.
+    pub fn names(&self) -> &Arc<[String]> {
+        &self.names
+    }
+
+    /// Whether the table was decoded from exactly these section bytes.
+    pub fn is_section(&self, section: &[u8]) -> bool {
+        self.section.as_deref() == Some(section)
+    }
+
+    /// The index in [`names`](Self::names) of the name with this
+    /// reference (the last one, should two names share it).
+    pub fn index_of(&self, name_ref: u64) -> Option<usize> {
+        let by_ref = self
+            .by_ref
+            .get_or_init(|| self.names.iter().enumerate().map(|(i, n)| (self::name_ref(n), i)).collect());
+        by_ref.get(&name_ref).copied()
+    }
+
+    /// The name with this reference.
+    pub fn get(&self, name_ref: u64) -> Option<&str> {
+        self.index_of(name_ref).map(|i| self.names[i].as_str())
+    }
 }
 
 /// Decodes a names section into its names, in order.

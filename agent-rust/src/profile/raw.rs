@@ -9,7 +9,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::names::decode_names_at;
+use super::names::{decode_names_at, NameTable};
 use super::{FunctionCounters, RawProfile, RecordLayout, Variant};
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
@@ -423,7 +423,7 @@ pub(crate) fn read_all(data: &[u8], names_cache: &mut NamesCache) -> Result<Vec<
             byte_coverage: meta.variant.byte_coverage,
             binary_ids: meta.binary_ids,
             records: records.to_function_counters().collect(),
-            names: meta.names,
+            names: meta.names.names().clone(),
         });
         Ok(())
     })?;
@@ -435,7 +435,7 @@ pub(crate) struct ProfileMeta {
     pub version: u32,
     pub variant: Variant,
     pub binary_ids: Vec<Vec<u8>>,
-    pub names: Arc<[String]>,
+    pub names: Arc<NameTable>,
 }
 
 /// Reads the profiles in `data` one after the other, each into `records`,
@@ -818,20 +818,16 @@ fn value_data_size(data: &[u8], pos: usize, endian: Endian, kinds: usize) -> Res
 /// the work of reading it.
 #[derive(Debug, Default)]
 pub(crate) struct NamesCache {
-    raw: Vec<u8>,
-    names: Option<Arc<[String]>>,
+    pub table: Option<Arc<NameTable>>,
 }
 
 impl NamesCache {
-    fn decode(&mut self, raw: &[u8], base: u64) -> Result<Arc<[String]>> {
-        if let Some(names) = &self.names {
-            if self.raw == raw {
-                return Ok(names.clone());
-            }
+    fn decode(&mut self, raw: &[u8], base: u64) -> Result<Arc<NameTable>> {
+        if let Some(table) = self.table.as_ref().filter(|t| t.is_section(raw)) {
+            return Ok(table.clone());
         }
-        let names: Arc<[String]> = decode_names_at(raw, base, "raw profile names")?.into();
-        self.raw = raw.to_vec();
-        self.names = Some(names.clone());
-        Ok(names)
+        let table = Arc::new(NameTable::decode_at(raw, base, "raw profile names")?);
+        self.table = Some(table.clone());
+        Ok(table)
     }
 }

@@ -665,6 +665,32 @@ fn decode_names_chunks_and_padding() {
 }
 
 #[test]
+fn name_tables_find_names_by_reference_and_know_their_section() {
+    let mut section = names_chunk(&["main", "foo.c:helper"], false);
+    section.extend_from_slice(&names_chunk(&["_RNvCs123_4core3bar"], true));
+    let table = NameTable::decode(&section).unwrap();
+    assert_eq!(**table.names(), ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
+    assert_eq!(table.get(name_ref("foo.c:helper")), Some("foo.c:helper"));
+    assert_eq!(table.index_of(name_ref("_RNvCs123_4core3bar")), Some(2));
+    assert_eq!(table.get(name_ref("other")), None);
+    assert!(table.is_section(&section));
+    assert!(!table.is_section(&section[..section.len() - 1]));
+    // A table of names decoded elsewhere is no section's.
+    let listed = NameTable::from_names(table.names().clone());
+    assert_eq!(listed.get(name_ref("main")), Some("main"));
+    assert!(!listed.is_section(&section) && !listed.is_section(&[]));
+    assert!(NameTable::decode(b"\x00\x00").unwrap_err().to_string().contains("empty function name"));
+
+    // A reader hands out the table of the names it read last.
+    let mut reader = ProfileReader::new();
+    assert!(reader.names().is_none());
+    let profile = write(&spec(10, sample_fns()));
+    reader.read_into(&profile, &mut Counters::new()).unwrap();
+    let read = reader.names().unwrap();
+    assert_eq!(**read.names(), ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
+}
+
+#[test]
 fn record_seam_for_live_memory() {
     // Sections as a loaded module holds them: version 10, counters right
     // before the data records, read with the module's addresses.
