@@ -451,8 +451,14 @@ impl fmt::Display for ClientError {
                     write!(f, ": {m}")?;
                 }
                 let advice = match (status.as_u16(), token_sent) {
-                    (401, false) => "; pass the process's LIVECOV_TOKEN with --token or --token-file",
-                    (401, true) => "; the token was refused: check --token / --token-file against the process's LIVECOV_TOKEN",
+                    (401, false) => {
+                        "; send the target's LIVECOV_TOKEN (livecov dump and reset: --token or --token-file; \
+                         collect and sidecar: --target-token or --target-token-file)"
+                    }
+                    (401, true) => {
+                        "; the token was refused: compare the token given (--token of dump and reset, \
+                         --target-token of collect and sidecar, or their -file forms) with the target's LIVECOV_TOKEN"
+                    }
                     (400, _) => "; the query was refused: is the agent older than this livecov (unknown --format?)",
                     (404 | 405, _) => "; is this a livecov agent or sidecar, of a version that has this route?",
                     (503, _) => "; the agent is at its connection limit: retry shortly",

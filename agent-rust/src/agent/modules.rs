@@ -107,6 +107,16 @@ pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
     let section = |name: &str| file.section_by_name(name);
     let Some(cnts) = section("__llvm_prf_cnts") else { return Ok(None) };
     let Some(data) = section("__llvm_prf_data") else { return Ok(None) };
+    if section("__llvm_covmap").is_none() {
+        // Counters without a mapping: the sections the program does not
+        // load were removed (llvm-strip does that), or it was built for PGO.
+        return Err(Error::Unsupported(format!(
+            "{} has coverage counters but no coverage mapping (__llvm_covmap): it was stripped with \
+             llvm-strip, or built without -fcoverage-mapping; keep the mapping (GNU strip, or \
+             llvm-strip --strip-debug) or do not strip coverage builds",
+            id.path.display()
+        )));
+    }
     let names_raw = match section("__llvm_prf_names") {
         Some(s) => s.uncompressed_data().map(|d| d.into_owned()).unwrap_or_default(),
         None => Vec::new(),
