@@ -15,8 +15,9 @@
 # --no-demangle, as llvm-cov does not demangle); a difference is reported,
 # not fatal. Then runs tests/scripts/bench-agent.sh (the in-process agent's
 # dumps against the same LLVM tools, its memory, and a service's throughput
-# under dumps), bench-sidecar.sh and bench-native.sh (liblivecov's size and
-# start time). Run from anywhere as `make bench`; not part of CI.
+# under dumps), bench-sidecar.sh, bench-native.sh (liblivecov's size and
+# start time), bench-node.sh and bench-python.sh (the hooks' cost to an
+# app's throughput). Run from anywhere as `make bench`; not part of CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -147,3 +148,5 @@ echo
 "$root/tests/scripts/bench-agent.sh"
 "$root/tests/scripts/bench-sidecar.sh"
 "$root/tests/scripts/bench-native.sh"
+"$root/tests/scripts/bench-node.sh"
+"$root/tests/scripts/bench-python.sh"
