@@ -8,11 +8,12 @@
 # - llvm-profdata-14 and llvm-profdata-13, to index clang-14 and clang-13
 #   profiles for llvm-cov 22;
 # - cmake and pkg-config, to build C programs against liblivecov as the docs say;
-# - jq, which the docs' examples use to read livecov's JSON (tests/tests/docs.rs runs them);
+# - jq, which the docs' examples use to read livecov's JSON (tests/tests/docs.rs runs them),
+#   and lcov (genhtml) and kubectl (`kubectl kustomize`, no cluster), which docs/kubernetes.md runs;
 # - Node.js and npm, for the Node hook and its fixtures.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov)
 
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -32,6 +33,16 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
+# Debian's kubectl is kubernetes-client; a kubectl from elsewhere (another
+# package owning /usr/bin/kubectl) does as well, and the two would conflict.
+if ! command -v kubectl >/dev/null; then
+    echo "install-deps: installing kubernetes-client (kubectl)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null
 fi
 
 sysroot=$(rustc --print sysroot)

@@ -16,6 +16,24 @@
 //!   leading and trailing whitespace.
 //! - `<!-- output of: GROUP -->`: what a run of GROUP (of the same file)
 //!   prints. Checked loosely: GROUP must exist, and it runs.
+//! - `<!-- cluster: TEST -->`: commands that need a Kubernetes cluster or
+//!   a container engine (`kubectl apply`, `rollout`, `port-forward`,
+//!   `podman build`, a Tekton PipelineRun), which neither this machine nor
+//!   CI has: `kubectl apply` needs an API server even with
+//!   `--dry-run=client`. Such a block is not run, and nothing pretends to
+//!   be a cluster for it; TEST (a file of `tests/tests/`) runs its pieces
+//!   without one (manifests.rs runs the manifests' containers as processes
+//!   with their exact arguments). The block is checked against TEST and
+//!   the files TEST reads (each `"fixtures/..."` string of TEST: a file, or
+//!   a folder's files): every `livecov/PATH` it names outside `#` comments
+//!   exists in the checkout; every `KIND/NAME` (`deployment/service`) is an
+//!   object of those files; every `name: X` of YAML in it is a `name: X`
+//!   there; every flag it gives `livecov`, with its value when spelled out,
+//!   is given so there (`- --flag`, `- value` list items count), so that
+//!   the commands shown are the ones the test runs. What such a doc can run
+//!   is a `run:` group as usual (docs/kubernetes.md: editing the manifests,
+//!   `kubectl kustomize`, which needs no cluster, and the requests and
+//!   `livecov collect` against the same pieces run as processes).
 //!
 //! A block without a marker, in a file of [`CHECKED`], fails the test with
 //! `file:line: block not checked by any test`.
@@ -60,9 +78,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use livecov_tests::{livecov_bin, run_checked, workspace_root};
+use yaml_rust2::YamlLoader;
 
 /// The files whose every block must carry a marker.
-// Not yet marked: docs/native.md, docs/node.md, docs/python.md, docs/kubernetes.md
 const CHECKED: &[&str] = &[
     "README.md",
     "docs/quickstart-rust.md",
@@ -76,6 +94,10 @@ const CHECKED: &[&str] = &[
     "docs/formats.md",
     "docs/troubleshooting.md",
     "docs/comparison.md",
+    "docs/native.md",
+    "docs/node.md",
+    "docs/python.md",
+    "docs/kubernetes.md",
 ];
 
 /// The longest a group may run.
@@ -91,6 +113,7 @@ enum Marker {
     Run(String),
     SameAs(String),
     OutputOf(String),
+    Cluster(String),
 }
 
 /// One fenced code block.
@@ -108,21 +131,23 @@ struct Block {
 }
 
 /// Parses a marker comment (`<!-- run: GROUP -->`...); `Err` for a comment
-/// that is none of the three.
+/// that is none of the four.
 fn parse_marker(line: &str) -> Option<Result<Marker, String>> {
     let inner = line.trim().strip_prefix("<!--")?.strip_suffix("-->")?.trim();
     let (kind, value) = match inner.split_once(':') {
         Some((k, v)) => (k.trim(), v.trim()),
-        None => return Some(Err(format!("unknown marker {line:?} (run:, same as:, output of:)"))),
+        None => return Some(Err(format!("unknown marker {line:?} (run:, same as:, output of:, cluster:)"))),
     };
     let valid_group = |g: &str| !g.is_empty() && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    let valid_path = |p: &str| !p.is_empty() && !p.contains("..") && !p.starts_with('/');
     Some(match kind {
         "run" if valid_group(value) => Ok(Marker::Run(value.to_owned())),
         "output of" if valid_group(value) => Ok(Marker::OutputOf(value.to_owned())),
-        "same as" if !value.is_empty() && !value.contains("..") && !value.starts_with('/') => {
-            Ok(Marker::SameAs(value.to_owned()))
-        }
-        _ => Err(format!("unknown or malformed marker {line:?} (run: GROUP, same as: PATH, output of: GROUP)")),
+        "same as" if valid_path(value) => Ok(Marker::SameAs(value.to_owned())),
+        "cluster" if valid_path(value) => Ok(Marker::Cluster(value.to_owned())),
+        _ => Err(format!(
+            "unknown or malformed marker {line:?} (run: GROUP, same as: PATH, output of: GROUP, cluster: TEST)"
+        )),
     })
 }
 
@@ -200,7 +225,8 @@ fn contains_lines(haystack: &str, needle: &str) -> bool {
 
 /// What is wrong with the markers of one file's blocks: unmarked blocks
 /// (when `enforce` is set), `same as` text missing from its file, `output
-/// of` a group the file does not run, `run` on a block that is not shell.
+/// of` a group the file does not run, `run` on a block that is not shell,
+/// `cluster` blocks that drifted from their test.
 fn check_blocks(blocks: &[Block], root: &Path, enforce: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let groups: BTreeSet<&str> = blocks
@@ -228,6 +254,173 @@ fn check_blocks(blocks: &[Block], root: &Path, enforce: bool) -> Vec<String> {
                 problems.push(format!("{at}: output of group {g:?}, which {} does not run", b.file));
             }
             Some(Marker::OutputOf(_)) => {}
+            Some(Marker::Cluster(test)) => problems.extend(check_cluster_block(b, root, test)),
+        }
+    }
+    problems
+}
+
+// ---------------------------------------------------------------- cluster blocks
+
+/// The kinds of `KIND/NAME` that kubectl commands of a `cluster:` block
+/// name, with their `kind:` in the manifests.
+const OBJECT_KINDS: &[(&str, &str)] = &[
+    ("deployment", "Deployment"),
+    ("service", "Service"),
+    ("statefulset", "StatefulSet"),
+    ("daemonset", "DaemonSet"),
+    ("job", "Job"),
+    ("secret", "Secret"),
+    ("configmap", "ConfigMap"),
+];
+
+/// The files a test reads: the test itself, and each `"fixtures/..."`
+/// string of it that is a file, or a folder (its files). As (relative path,
+/// text), and the test's `fixtures/...` strings (for messages).
+fn test_inputs(root: &Path, test: &str, test_text: &str) -> (Vec<(String, String)>, Vec<String>) {
+    let mut inputs = vec![(test.to_owned(), test_text.to_owned())];
+    let mut named = Vec::new();
+    for literal in between(test_text, "\"fixtures/", "\"") {
+        if literal.is_empty() || !literal.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+            continue;
+        }
+        named.push(format!("fixtures/{literal}"));
+        let path = root.join("fixtures").join(literal);
+        let files: Vec<PathBuf> = if path.is_dir() {
+            let mut files: Vec<PathBuf> =
+                std::fs::read_dir(&path).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.is_file()).collect();
+            files.sort();
+            files
+        } else {
+            vec![path]
+        };
+        for file in files {
+            let rel = file.strip_prefix(root).unwrap_or(&file).display().to_string();
+            if inputs.iter().any(|(r, _)| *r == rel) {
+                continue;
+            }
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                inputs.push((rel, text));
+            }
+        }
+    }
+    (inputs, named)
+}
+
+/// The words of a text as flags and values appear in manifests, scripts
+/// and Rust arrays: split at blanks, brackets, commas and quotes, YAML's
+/// `-` list markers dropped, `--flag=value` as two words.
+fn arg_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    for word in text.split(|c: char| c.is_whitespace() || "[](),\"'".contains(c)).filter(|w| !w.is_empty() && *w != "-") {
+        match word.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => words.extend([flag.to_owned(), value.to_owned()]),
+            _ => words.push(word.to_owned()),
+        }
+    }
+    words
+}
+
+/// A line without its shell comment (from a `#` that starts a word).
+fn without_comment(line: &str) -> &str {
+    let bytes = line.as_bytes();
+    (0..bytes.len()).find(|&i| bytes[i] == b'#' && (i == 0 || bytes[i - 1].is_ascii_whitespace())).map_or(line, |i| &line[..i])
+}
+
+/// The flags a block gives `livecov`, each with its value when the block
+/// spells one out (not `...`, not a shell expansion): the words after
+/// `livecov SUBCOMMAND` on its line, and on the lines after it that go on
+/// with a flag (a command split over lines, in text or in a drawing).
+fn livecov_flags(text: &str) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    let mut in_command = false;
+    for line in text.lines() {
+        let words: Vec<&str> = without_comment(line).split_whitespace().filter(|w| *w != "|" && *w != "\\").collect();
+        let start = words.windows(2).position(|w| w[0] == "livecov" && w[1].chars().all(|c| c.is_ascii_lowercase()));
+        let from = match start {
+            Some(i) => {
+                in_command = true;
+                i + 2
+            }
+            None if in_command && words.first().is_some_and(|w| w.starts_with("--")) => 0,
+            None => {
+                in_command = false;
+                continue;
+            }
+        };
+        for (i, word) in words.iter().enumerate().skip(from) {
+            if !word.starts_with("--") || word.len() < 3 {
+                continue;
+            }
+            let flag = word.trim_end_matches([',', ';', ')', '.']);
+            let value = words
+                .get(i + 1)
+                .filter(|v| flag.len() == word.len() && !v.starts_with('-') && !v.starts_with('<'))
+                .filter(|v| !v.contains("...") && !v.contains('$') && !v.contains('"'))
+                .map(|v| v.to_string());
+            out.push((flag.to_owned(), value));
+        }
+    }
+    out
+}
+
+/// What is wrong with a `cluster:` block (see the module docs).
+fn check_cluster_block(b: &Block, root: &Path, test: &str) -> Vec<String> {
+    let at = format!("{}:{}", b.file, b.line);
+    let is_test = test.starts_with("tests/tests/") && test.ends_with(".rs");
+    let test_text = match std::fs::read_to_string(root.join(test)) {
+        Ok(text) if is_test => text,
+        Ok(_) => return vec![format!("{at}: cluster: {test} is not a test (tests/tests/*.rs)")],
+        Err(e) => return vec![format!("{at}: cluster: {test}: {e}")],
+    };
+    let (inputs, named) = test_inputs(root, test, &test_text);
+    let read = named.join(", ");
+    let mut problems = Vec::new();
+
+    let words: Vec<&str> = b.text.lines().flat_map(|l| without_comment(l).split_whitespace()).collect();
+    for word in &words {
+        let word = word.trim_matches(['"', '\'']).trim_end_matches([',', ';', ')']);
+        if let Some(path) = word.strip_prefix("livecov/") {
+            if !root.join(path).exists() {
+                problems.push(format!("{at}: {word} is not in the checkout"));
+            }
+        }
+    }
+
+    let mut objects = BTreeSet::new();
+    for (file, text) in inputs.iter().filter(|(p, _)| p.ends_with(".yaml") || p.ends_with(".yml")) {
+        let docs = YamlLoader::load_from_str(text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for doc in docs {
+            if let (Some(kind), Some(name)) = (doc["kind"].as_str(), doc["metadata"]["name"].as_str()) {
+                objects.insert((kind.to_owned(), name.to_owned()));
+            }
+        }
+    }
+    for word in &words {
+        let Some((kind, name)) = word.split_once('/') else { continue };
+        let Some((_, kind)) = OBJECT_KINDS.iter().find(|(k, _)| *k == kind) else { continue };
+        if !objects.contains(&(kind.to_string(), name.to_owned())) {
+            problems.push(format!("{at}: {word}: no {kind} {name} in the files {test} reads ({read})"));
+        }
+    }
+
+    let yaml_name = |line: &str| line.trim().trim_start_matches("- ").strip_prefix("name:").map(|n| n.trim().to_owned());
+    let names: BTreeSet<String> = inputs.iter().flat_map(|(_, text)| text.lines().filter_map(yaml_name)).collect();
+    for name in b.text.lines().filter_map(yaml_name) {
+        if !names.contains(&name) {
+            problems.push(format!("{at}: name: {name} is no `name:` in the files {test} reads ({read})"));
+        }
+    }
+
+    let given: Vec<Vec<String>> = inputs.iter().map(|(_, text)| arg_words(text)).collect();
+    for (flag, value) in livecov_flags(&b.text) {
+        let found = given.iter().any(|w| match &value {
+            Some(v) => w.windows(2).any(|p| p[0] == flag && p[1] == *v),
+            None => w.contains(&flag),
+        });
+        if !found {
+            let shown = value.map_or(flag.clone(), |v| format!("{flag} {v}"));
+            problems.push(format!("{at}: livecov ... {shown}: not given so in {test} or the files it reads ({read})"));
         }
     }
     problems
@@ -303,6 +496,62 @@ fn the_checker_reports_unmarked_blocks_and_missing_text() {
     let lenient = check_blocks(&blocks, &root, false);
     assert!(!lenient.iter().any(|p| p.contains("not checked")), "{lenient:?}");
     assert!(lenient.iter().any(|p| p.contains("not found in Makefile")), "{lenient:?}");
+}
+
+#[test]
+fn the_checker_reports_cluster_blocks_that_drift() {
+    let root = workspace_root();
+    // A drawing's command goes on over lines, up to a line that does not
+    // start with a flag; `...` and `$VAR` values are not compared, only
+    // their flags; short options are not looked at.
+    let drawing = "| livecov sidecar --dir /cov    |\n|   --token-file .../pod-token |\n+----+\n--poll-interval 9\n\
+                   curl \"$agg\", livecov collect --target, the Task\nlivecov collect --target \"http://$agg\" -o out\n";
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        livecov_flags(drawing),
+        [
+            ("--dir".to_owned(), some("/cov")),
+            ("--token-file".to_owned(), None),
+            ("--target".to_owned(), None),
+            ("--target".to_owned(), None),
+        ]
+    );
+
+    let doc = "<!-- cluster: tests/tests/manifests.rs -->\n```sh\n\
+               kubectl -n ci apply -f livecov/fixtures/tekton/pipeline.yaml   # livecov/not/checked in a comment\n\
+               kubectl -n ci rollout status deployment/livecov-aggregator\n\
+               kubectl -n ci port-forward service/service-coverage 9464:9464\n\
+               livecov sidecar --replicas srv:_coverage._tcp.service-coverage --poll-interval 15 --token-file \"$F\"\n\
+               kubectl create -f - <<'EOF'\nspec:\n  pipelineRef:\n    name: e2e-with-coverage\nEOF\n```\n\n\
+               <!-- cluster: tests/tests/manifests.rs -->\n```sh\n\
+               kubectl -n ci apply -f livecov/fixtures/tekton/no-such.yaml\n\
+               kubectl -n ci rollout status deployment/no-such-deployment\n\
+               kubectl -n ci port-forward service/livecov-aggregator-typo 9464\n\
+               livecov sidecar --replicas srv:_coverage._tcp.service-coverage --poll-interval 16 --no-such-flag\n\
+               kubectl create -f - <<'EOF'\nspec:\n  pipelineRef:\n    name: no-such-pipeline\nEOF\n```\n\n\
+               <!-- cluster: tests/tests/no-such-test.rs -->\n```sh\nkubectl get pods\n```\n\n\
+               <!-- cluster: fixtures/k8s/service.yaml -->\n```sh\nkubectl get pods\n```\n";
+    let (blocks, parse_problems) = parse_blocks("docs/example.md", doc);
+    assert!(parse_problems.is_empty(), "{parse_problems:?}");
+    assert_eq!(blocks.len(), 4);
+    assert!(blocks.iter().all(|b| matches!(b.marker, Some(Marker::Cluster(_)))), "{blocks:?}");
+    let problems = check_blocks(&blocks, &root, true);
+    let all = problems.join("\n");
+    assert!(!all.contains("example.md:2:"), "the block that matches the manifests was refused: {all}");
+    for expected in [
+        "docs/example.md:15: livecov/fixtures/tekton/no-such.yaml is not in the checkout",
+        "docs/example.md:15: deployment/no-such-deployment: no Deployment no-such-deployment in the files",
+        "docs/example.md:15: service/livecov-aggregator-typo: no Service livecov-aggregator-typo in the files",
+        "docs/example.md:15: livecov ... --poll-interval 16: not given so in tests/tests/manifests.rs",
+        "docs/example.md:15: livecov ... --no-such-flag: not given so in tests/tests/manifests.rs",
+        "docs/example.md:15: name: no-such-pipeline is no `name:` in the files",
+        "docs/example.md:28: cluster: tests/tests/no-such-test.rs: ",
+        "docs/example.md:33: cluster: fixtures/k8s/service.yaml is not a test",
+    ] {
+        assert!(problems.iter().any(|p| p.starts_with(expected)), "missing {expected:?} in:\n{all}");
+    }
+    assert_eq!(problems.len(), 8, "{all}");
+    assert!(matches!(parse_marker("<!-- cluster: /etc/passwd -->"), Some(Err(_))));
 }
 
 /// `## livecov <cmd>` sections of docs/cli.md: the `--flags` each names.
