@@ -17,7 +17,7 @@ use hyper::body::Bytes;
 
 use crate::client::{self, CoverageQuery, Target};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome, Progress};
-use crate::output::{write_output, Output};
+use crate::output::{write_output, write_outputs, Output};
 use crate::snapshot::{self, file_name_for, rfc3339, Meta};
 use crate::targets::{Discovery, ReportFile, Replicas, Source, SourceStatus};
 
@@ -286,10 +286,11 @@ async fn collect(args: Args) -> Result<()> {
     }
 
     // Write the instances and their merge.
-    for (instance, body) in &texts {
-        let path = instances_dir.join(format!("{}.lcov", file_name_for(instance)));
-        write_output(Some(&path), body)?;
-    }
+    let files: Vec<(PathBuf, &[u8])> = texts
+        .iter()
+        .map(|(instance, body)| (instances_dir.join(format!("{}.lcov", file_name_for(instance))), &body[..]))
+        .collect();
+    write_outputs(&files)?;
     let merger = {
         let inputs: Vec<(String, Bytes)> = texts.iter().map(|(i, b)| (i.clone(), b.clone())).collect();
         tokio::task::spawn_blocking(move || {

@@ -13,6 +13,34 @@ pub fn write_output(path: Option<&Path>, bytes: &[u8]) -> Result<()> {
     Output::open(path)?.commit(bytes)
 }
 
+/// Writes several files as [`write_output`] writes one, with one flush to
+/// disk for all of them (`syncfs`) instead of one `fsync` per file: a
+/// collection from many instances writes many small files, and a flush per
+/// file made it wait on the disk once per instance.
+pub fn write_outputs(files: &[(PathBuf, &[u8])]) -> Result<()> {
+    let Some((first, _)) = files.first() else { return Ok(()) };
+    let mut written = Vec::with_capacity(files.len());
+    for (path, bytes) in files {
+        let mut file = AtomicFile::create(path)?;
+        let mut f = file.file.take().expect("an uncommitted file");
+        f.write_all(bytes).with_context(|| format!("cannot write {}", file.tmp.display()))?;
+        // Closed now (no descriptor per instance held open), still removed
+        // on drop until renamed.
+        written.push(file);
+    }
+    let folder = first.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = fs::File::open(folder).with_context(|| format!("cannot open {}", folder.display()))?;
+    // Safety: `dir` is an open descriptor of ours.
+    if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("cannot flush {} to disk", folder.display()));
+    }
+    for file in &written {
+        fs::rename(&file.tmp, &file.path)
+            .with_context(|| format!("cannot rename {} to {}", file.tmp.display(), file.path.display()))?;
+    }
+    Ok(())
+}
+
 /// An output opened before its content is known, so that a command that
 /// cannot write its result fails before doing anything it cannot undo
 /// (such as resetting a target's counters).
@@ -117,5 +145,21 @@ mod tests {
         // Opened and dropped: nothing left.
         drop(Output::open(Some(&dir.path().join("other.lcov"))).unwrap());
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn several_files_are_written_with_one_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.lcov"), dir.path().join("b.lcov"));
+        write_outputs(&[(a.clone(), b"one"), (b.clone(), b"two")]).unwrap();
+        write_outputs(&[(a.clone(), b"three")]).unwrap();
+        assert_eq!((fs::read(&a).unwrap(), fs::read(&b).unwrap()), (b"three".to_vec(), b"two".to_vec()));
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
+        // One that cannot be created: an error naming it, and nothing of the batch renamed or left.
+        let c = dir.path().join("c.lcov");
+        let e = write_outputs(&[(c.clone(), b"x"), (dir.path().join("missing/d.lcov"), b"y")]).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot create"), "{e:#}");
+        assert!(!c.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }
