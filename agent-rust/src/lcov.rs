@@ -386,8 +386,20 @@ fn write_display_name(out: &mut String, name: &str, no_demangle: bool) {
     }
 }
 
-/// Demangles a Rust or C++ symbol; `None` when it is neither.
+/// Demangles a Rust or C++ symbol; `None` when it is neither. A function
+/// with internal linkage (C++ `static`, an anonymous namespace, a lambda)
+/// is named by its file and its symbol (`app.cpp:_ZL4stepi`): the file
+/// stays, the symbol is demangled (`app.cpp:step(int)`).
 pub fn demangle(name: &str) -> Option<String> {
+    if let Some((file, symbol)) = name.rsplit_once(':') {
+        if symbol.starts_with("_Z") || symbol.starts_with("_R") {
+            return demangle_symbol(symbol).map(|d| format!("{file}:{d}"));
+        }
+    }
+    demangle_symbol(name)
+}
+
+fn demangle_symbol(name: &str) -> Option<String> {
     if let Ok(d) = rustc_demangle::try_demangle(name) {
         return Some(format!("{d:#}"));
     }
@@ -399,4 +411,17 @@ pub fn demangle(name: &str) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demangle;
+
+    #[test]
+    fn internal_linkage_names_keep_their_file() {
+        assert_eq!(demangle("_ZL4stepi").as_deref(), Some("step(int)"));
+        assert_eq!(demangle("app.cpp:_ZL4stepi").as_deref(), Some("app.cpp:step(int)"));
+        assert_eq!(demangle("src/x.c:helper"), None, "a C static function is not mangled");
+        assert_eq!(demangle("app.cpp:_Znot-a-symbol"), None);
+    }
 }

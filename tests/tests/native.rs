@@ -1056,12 +1056,11 @@ fn cpp_linked_with_the_static_library() {
     }
     let (c1, c2) = (read(&dir.join("c1.lcov")), read(&dir.join("c2.lcov")));
     // Demangled: class templates, virtual functions. The lambda has
-    // internal linkage: its name is `app.cpp:` and the mangled name, as
-    // llvm-cov prints it, and stays so.
+    // internal linkage: its name is `app.cpp:` and its symbol, demangled.
     let push = ["shapes::Stack<int, (unsigned long)3>::push(int const&)"];
     assert_eq!((count_of(&c1, "shapes.hpp", &push), count_of(&c2, "shapes.hpp", &push)), (0, 4));
     assert_eq!(count_of(&c2, "shapes.hpp", &["shapes::Rect::area() const"]), 1);
-    let lambda = ["app.cpp:_ZZN3cli4sort", "$_0clEll"];
+    let lambda = ["app.cpp:cli::sort(", "$_0::operator()(long, long) const"];
     assert!(count_of(&c1, "app.cpp", &lambda) > 0);
     assert_eq!(count_of(&c1, "app.cpp", &lambda), count_of(&c2, "app.cpp", &lambda), "no sort between c1 and c2");
     let report = read(&dir.join("cov/reports").join(format!("{instance}.lcov")));
