@@ -19,7 +19,10 @@
 #    127.0.0.1 for BENCH_AGENT_LOAD_SECS (default 10) s, once without dumps
 #    and once while a loop fetches /coverage over the Unix socket every
 #    100 ms; BENCH_AGENT_ROUNDS (default 3) alternating pairs, the median of
-#    each (one pair is at the mercy of whatever else the machine runs).
+#    each (one pair is at the mercy of whatever else the machine runs); and
+#    the service's CPU time per request (its /proc stat, agent included),
+#    and the share of the service's CPU time its agent threads took (their
+#    schedstat): figures that other work on the machine skews far less.
 #
 # Both programs are built as users build them: `cargo build` (debug) with
 # -C instrument-coverage, the agent compiled into them as a dependency;
@@ -262,8 +265,30 @@ url="http://127.0.0.1:$port/fib?n=20"
 [ "$(curl -sS --max-time 10 "$url")" = 6765 ] || { echo "bench-agent: /fib?n=20 is not 6765" >&2; exit 1; }
 dump "$ssock" /coverage "$sdir/first.lcov" >"$sdir/t_first"   # the mapping is read once, before the runs
 
-wrk_run() { # wrk_run SECS OUT: prints requests/s
+# cpu_ticks PID: user + system CPU time of the process so far, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# run_ns PID [PREFIX]: time its threads (those whose name starts with
+# PREFIX) have run on a CPU so far, in ns (schedstat).
+run_ns() {
+    local t sum=0 ns
+    for t in /proc/"$1"/task/*; do
+        if [ -z "${2:-}" ] || [[ "$(cat "$t/comm" 2>/dev/null)" == "$2"* ]]; then
+            ns=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) && sum=$((sum + ns))
+        fi
+    done
+    echo "$sum"
+}
+# wrk_run SECS OUT [CPU_OUT]: prints requests/s; with CPU_OUT, appends the
+# service's CPU time per request (µs, the agent's threads included): a
+# figure that other work on the machine skews far less than requests/s.
+wrk_run() {
+    local before after
+    before=$(cpu_ticks "$spid")
     wrk -t1 -c4 -d"$1s" --timeout 5s "$url" >"$2" 2>&1 || { echo "bench-agent: wrk failed:" >&2; cat "$2" >&2; exit 1; }
+    after=$(cpu_ticks "$spid")
+    if [ -n "${3:-}" ]; then
+        awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" '/ requests in / { printf "%.2f\n", t / hz * 1e6 / $1 }' "$2" >>"$3"
+    fi
     awk '/^Requests\/sec:/ { print $2 }' "$2"
 }
 # dump_loop SECS OUT: a dump every 100 ms, for at most SECS s, from one
@@ -305,13 +330,16 @@ EOF
 echo
 echo "bench-agent: service warm-up (2 s), then $rounds x (${load_secs} s without dumps, ${load_secs} s with a dump every ${dump_period_ms} ms)"
 wrk_run 2 "$sdir/wrk-warmup" >/dev/null
-: >"$sdir/rps_none"; : >"$sdir/rps_dumps"; : >"$sdir/t_dumps"
+: >"$sdir/rps_none"; : >"$sdir/rps_dumps"; : >"$sdir/t_dumps"; : >"$sdir/cpu_none"; : >"$sdir/cpu_dumps"; : >"$sdir/agent_share"
 for r in $(seq "$rounds"); do
-    wrk_run "$load_secs" "$sdir/wrk-none-$r" >>"$sdir/rps_none"
+    wrk_run "$load_secs" "$sdir/wrk-none-$r" "$sdir/cpu_none" >>"$sdir/rps_none"
     dump_loop "$load_secs" "$sdir/t_dumps" &
     lpid=$!
     pids+=("$lpid")
-    wrk_run "$load_secs" "$sdir/wrk-dumps-$r" >>"$sdir/rps_dumps"
+    agent_before=$(run_ns "$spid" livecov); all_before=$(run_ns "$spid")
+    wrk_run "$load_secs" "$sdir/wrk-dumps-$r" "$sdir/cpu_dumps" >>"$sdir/rps_dumps"
+    agent_after=$(run_ns "$spid" livecov); all_after=$(run_ns "$spid")
+    awk -v a=$((agent_after - agent_before)) -v t=$((all_after - all_before)) 'BEGIN { printf "%.2f\n", 100 * a / t }' >>"$sdir/agent_share"
     wait "$lpid"
     forget "$lpid"
 done
@@ -323,12 +351,19 @@ rps_none=$(median <"$sdir/rps_none")
 rps_dumps=$(median <"$sdir/rps_dumps")
 echo
 echo "3. fixtures/service GET /fib?n=20, wrk -t1 -c4 -d${load_secs}s on 127.0.0.1 (one connection at a time), median of $rounds"
-printf "%-62s %12s\n" "load" "requests/s"
-awk -v v="$rps_none" 'BEGIN { printf "%-62s %12.1f\n", "no dumps", v }'
-awk -v v="$rps_dumps" -v n="$(wc -l <"$sdir/t_dumps")" -v m="$(median <"$sdir/t_dumps")" -v p="$(p95 <"$sdir/t_dumps")" \
-    'BEGIN { printf "%-62s %12.1f\n", sprintf("/coverage every 100 ms (%d dumps, median %.1f ms, p95 %.1f ms)", n, m, p), v }'
+cpu_none=$(median <"$sdir/cpu_none")
+cpu_dumps=$(median <"$sdir/cpu_dumps")
+printf "%-62s %12s %16s\n" "load" "requests/s" "CPU µs/request"
+awk -v v="$rps_none" -v c="$cpu_none" 'BEGIN { printf "%-62s %12.1f %16.1f\n", "no dumps", v, c }'
+awk -v v="$rps_dumps" -v c="$cpu_dumps" -v n="$(wc -l <"$sdir/t_dumps")" -v m="$(median <"$sdir/t_dumps")" -v p="$(p95 <"$sdir/t_dumps")" \
+    'BEGIN { printf "%-62s %12.1f %16.1f\n", sprintf("/coverage every 100 ms (%d dumps, median %.1f ms, p95 %.1f ms)", n, m, p), v, c }'
+echo "   per round, requests/s without: $(paste -sd' ' "$sdir/rps_none"); with dumps: $(paste -sd' ' "$sdir/rps_dumps")"
 awk -v a="$rps_none" -v b="$rps_dumps" \
     'BEGIN { r = 100 * b / a; printf "throughput under dumps: %.1f%% of without (goal: at least 95%%): %s\n", r, (r >= 95 ? "met" : "NOT met") }'
+awk -v a="$cpu_none" -v b="$cpu_dumps" \
+    'BEGIN { printf "CPU per request under dumps: %.1f%% of without\n", 100 * b / a }'
+awk -v s="$(median <"$sdir/agent_share")" -v all="$(paste -sd' ' "$sdir/agent_share")" \
+    'BEGIN { printf "the agent'"'"'s threads ran %.2f%% of the service'"'"'s CPU time under load and dumps (per round: %s):\n   a CPU-bound service keeps %.1f%% of its throughput (goal: at least 95%%): %s\n", s, all, 100 - s, (100 - s >= 95 ? "met" : "NOT met") }'
 if [ -s "$sdir/dump_failures" ]; then
     echo "   $(awk '{ n += $1 } END { print n }' "$sdir/dump_failures") dumps failed during the load (service stderr: $sdir/stderr)"
 fi
