@@ -31,6 +31,7 @@ cleanup() {
         kill -KILL "$p" 2>/dev/null || true
     done
     pids=()
+    [ -z "${covs:-}" ] || rm -rf "$covs"
 }
 trap cleanup EXIT
 trap 'echo "demo: interrupted, stopping everything it started" >&2; exit 130' INT TERM
@@ -63,6 +64,9 @@ free_port() {
 }
 
 rm -rf "$work" && mkdir -p "$work"
+# The coverage directories hold Unix sockets, whose paths may not be longer
+# than 107 bytes: a short folder of their own, whatever the checkout's path.
+covs=$(mktemp -d "${TMPDIR:-/tmp}/livecov-demo.XXXXXX")
 host=$(rustc -vV | sed -n 's/^host: //p')
 clean_env=(env -u RUSTC_WRAPPER -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET -u RUSTFLAGS)
 
@@ -98,23 +102,28 @@ echo "==> three replicas, the agent of each on <ip>:$agent_port (bearer token on
 for ip in "${ips[@]}"; do
     d="$work/replica-$ip"
     mkdir -p "$d"
-    LIVECOV_DIR="$d/cov" LIVECOV_LISTEN="$ip:$agent_port" LIVECOV_TOKEN="$token" \
+    LIVECOV_DIR="$covs/$ip" LIVECOV_LISTEN="$ip:$agent_port" LIVECOV_TOKEN="$token" \
         LLVM_PROFILE_FILE="$d/exit-%p.profraw" "$service" --addr "$ip:0" >"$d/out" 2>"$d/err" </dev/null &
     started $!
 done
+agent_up() { ls "$covs/$1"/sockets/*.sock >/dev/null 2>&1; }
 for ip in "${ips[@]}"; do
-    wait_for "the replica on $ip starting" grep -q '^listening on ' "$work/replica-$ip/out"
+    if ! wait_for "the replica on $ip starting" grep -q '^listening on ' "$work/replica-$ip/out" ||
+        ! wait_for "the agent of the replica on $ip starting" agent_up "$ip"; then
+        echo "demo: its stderr: $(tail -3 "$work/replica-$ip/err")" >&2
+        exit 1
+    fi
 done
 
 echo "==> a Node service with the hook: NODE_OPTIONS=--require hooks/node/livecov-hook.cjs"
 mkdir -p "$work/node"
-LIVECOV_DIR="$work/node/cov" NODE_OPTIONS="--require $root/hooks/node/livecov-hook.cjs" \
+LIVECOV_DIR="$covs/node" NODE_OPTIONS="--require $root/hooks/node/livecov-hook.cjs" \
     node fixtures/node/http/server.js >"$work/node/out" 2>"$work/node/err" </dev/null &
 started $!
 wait_for "the Node service starting" grep -q '^listening on ' "$work/node/out"
 
-echo "==> livecov sidecar as the aggregator: --replicas dns:$name:$agent_port --dir $work/node/cov"
-"$livecov" sidecar --replicas "dns:$name:$agent_port" --dns-server "127.0.0.1:$dns_port" --dir "$work/node/cov" \
+echo "==> livecov sidecar as the aggregator: --replicas dns:$name:$agent_port --dir $covs/node"
+"$livecov" sidecar --replicas "dns:$name:$agent_port" --dns-server "127.0.0.1:$dns_port" --dir "$covs/node" \
     --target-token "$token" --listen 127.0.0.1:0 --poll-interval 1 --resolve-interval 2 \
     >"$work/sidecar.out" 2>"$work/sidecar.err" </dev/null &
 started $!

@@ -36,8 +36,9 @@ fn assert_nothing_left(work: &Path) {
         assert!(!alive || zombie, "process {pid} started by the demo is still running");
     }
     // Also those it may have failed to list: every process that names the
-    // demo's folder or DNS name in its arguments or environment.
-    let marks = [work.display().to_string(), "service.demo.livecov.test".to_owned()];
+    // demo's folder, its coverage folders or DNS name in its arguments or
+    // environment.
+    let marks = [work.display().to_string(), "/livecov-demo.".to_owned(), "service.demo.livecov.test".to_owned()];
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
         if pid == std::process::id() {

@@ -442,6 +442,20 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
     use std::os::unix::net::UnixListener;
     static SEQ: AtomicUsize = AtomicUsize::new(0);
 
+    // sockaddr_un holds 108 bytes with the terminating NUL.
+    const MAX_SOCKET_PATH: usize = 107;
+    let length = path.as_os_str().len();
+    if length > MAX_SOCKET_PATH {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the socket path {} is {length} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket \
+                 path may have: use a shorter LIVECOV_DIR",
+                path.display()
+            ),
+        ));
+    }
+
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {} // stale: replaced below
         Ok(_) => {
@@ -967,6 +981,15 @@ pub(crate) fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_path_too_long_says_so() {
+        let dir = std::env::temp_dir().join(format!("livecov-{}-{}", std::process::id(), "d".repeat(100)));
+        let e = bind_unix(&dir.join("x.sock"), 0o600).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("use a shorter LIVECOV_DIR"), "{e}");
+        assert!(!dir.exists(), "nothing made for a path that cannot be bound");
+    }
 
     #[test]
     fn query_parsing() {
