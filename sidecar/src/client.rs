@@ -289,7 +289,7 @@ impl Client {
             .map_err(|e| ClientError::Usage(format!("cannot build the request: {e}")))?;
         match &self.target {
             Target::Unix(socket) => {
-                let stream = tokio::net::UnixStream::connect(socket).await.map_err(|e| self.connect_error(e))?;
+                let stream = connect_unix(socket).await.map_err(|e| self.connect_error(e))?;
                 self.exchange(stream, request).await
             }
             Target::Http { host, port, .. } => {
@@ -472,6 +472,25 @@ impl fmt::Display for ClientError {
     }
 }
 
+/// Connects to a Unix socket, also one deeper than the 107 bytes of path a
+/// socket address holds (agents bind those through their folder, see the
+/// agent's server): through the folder's descriptor.
+async fn connect_unix(socket: &Path) -> std::io::Result<tokio::net::UnixStream> {
+    const MAX_SOCKET_PATH: usize = 107;
+    let (Some(folder), Some(name)) = (socket.parent(), socket.file_name()) else {
+        return tokio::net::UnixStream::connect(socket).await;
+    };
+    if socket.as_os_str().len() <= MAX_SOCKET_PATH {
+        return tokio::net::UnixStream::connect(socket).await;
+    }
+    let folder = std::fs::File::open(if folder.as_os_str().is_empty() { Path::new(".") } else { folder })?;
+    let mut short = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&folder)));
+    short.push(name);
+    let stream = tokio::net::UnixStream::connect(&short).await;
+    drop(folder);
+    stream
+}
+
 impl std::error::Error for ClientError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -544,11 +563,16 @@ mod tests {
 
     /// A one-shot server on a Unix socket that answers `reply` and hands back the request.
     fn serve_once(reply: &'static [u8]) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<String>) {
-        use std::io::{Read, Write};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let handle = std::thread::spawn(move || {
+        let handle = answer_once(listener, reply);
+        (dir, path, handle)
+    }
+
+    fn answer_once(listener: std::os::unix::net::UnixListener, reply: &'static [u8]) -> std::thread::JoinHandle<String> {
+        use std::io::{Read, Write};
+        std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             let mut req = Vec::new();
             let mut buf = [0u8; 1024];
@@ -561,8 +585,21 @@ mod tests {
             }
             let _ = s.write_all(reply);
             String::from_utf8_lossy(&req).into_owned()
-        });
-        (dir, path, handle)
+        })
+    }
+
+    #[test]
+    fn a_socket_deeper_than_a_socket_address_holds_is_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let folder = std::fs::File::open(&deep).unwrap();
+        let short = format!("/proc/self/fd/{}/t.sock", std::os::fd::AsRawFd::as_raw_fd(&folder));
+        let listener = std::os::unix::net::UnixListener::bind(short).unwrap();
+        let server = answer_once(listener, b"HTTP/1.1 204 No Content\r\nlivecov-instance: i-1\r\n\r\n");
+        let instance = block_on(Client::new(Target::Unix(deep.join("t.sock"))).reset()).unwrap().unwrap();
+        assert_eq!(instance.as_deref(), Some("i-1"));
+        assert!(server.join().unwrap().starts_with("POST /reset"));
     }
 
     #[test]

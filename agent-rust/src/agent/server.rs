@@ -437,24 +437,13 @@ fn spawn(
 /// and cannot be changed safely in a multi-threaded host). If that directory
 /// cannot be made (e.g. the temporary path would be too long), binds in place
 /// and chmods. Returns the listener and the socket file's (device, inode).
+/// The longest path a Unix socket address holds (108 bytes with the NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
     use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::net::UnixListener;
     static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-    // sockaddr_un holds 108 bytes with the terminating NUL.
-    const MAX_SOCKET_PATH: usize = 107;
-    let length = path.as_os_str().len();
-    if length > MAX_SOCKET_PATH {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "the socket path {} is {length} bytes, longer than the {MAX_SOCKET_PATH} a Unix socket \
-                 path may have: use a shorter LIVECOV_DIR",
-                path.display()
-            ),
-        ));
-    }
 
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {} // stale: replaced below
@@ -481,7 +470,11 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let tmp = dir.join("s");
         let res = (|| {
-            let l = UnixListener::bind(&tmp)?;
+            // A socket address holds at most 107 bytes of path; a deeper
+            // LIVECOV_DIR is reached through the folder's descriptor.
+            let folder = std::fs::File::open(&dir)?;
+            let short = PathBuf::from(format!("/proc/self/fd/{}/s", std::os::fd::AsRawFd::as_raw_fd(&folder)));
+            let l = UnixListener::bind(if tmp.as_os_str().len() > MAX_SOCKET_PATH { &short } else { &tmp })?;
             std::fs::set_permissions(&tmp, perms.clone())?;
             std::fs::rename(&tmp, path)?;
             Ok(l)
@@ -497,7 +490,20 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
             if std::fs::symlink_metadata(path).map(|m| m.file_type().is_socket()).unwrap_or(false) {
                 std::fs::remove_file(path)?;
             }
-            let l = UnixListener::bind(path)?;
+            let l = UnixListener::bind(path).map_err(|e| {
+                if path.as_os_str().len() > MAX_SOCKET_PATH {
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "the socket path {} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket \
+                             address holds, and binding through its folder failed too: use a shorter LIVECOV_DIR",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    e
+                }
+            })?;
             if let Err(e) = std::fs::set_permissions(path, perms) {
                 let _ = std::fs::remove_file(path);
                 return Err(e);
@@ -983,12 +989,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_socket_path_too_long_says_so() {
+    fn a_socket_deeper_than_a_socket_address_holds_is_bound_through_its_folder() {
         let dir = std::env::temp_dir().join(format!("livecov-{}-{}", std::process::id(), "d".repeat(100)));
-        let e = bind_unix(&dir.join("x.sock"), 0o600).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
-        assert!(e.to_string().contains("use a shorter LIVECOV_DIR"), "{e}");
-        assert!(!dir.exists(), "nothing made for a path that cannot be bound");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.sock");
+        assert!(path.as_os_str().len() > MAX_SOCKET_PATH);
+        let (listener, id) = bind_unix(&path, 0o600).unwrap();
+        let m = std::fs::symlink_metadata(&path).unwrap();
+        assert!(m.file_type().is_socket() && m.permissions().mode() & 0o777 == 0o600);
+        assert_eq!((m.dev(), m.ino()), id);
+        // A client reaches it the same way.
+        let folder = std::fs::File::open(&dir).unwrap();
+        let short = format!("/proc/self/fd/{}/x.sock", std::os::fd::AsRawFd::as_raw_fd(&folder));
+        std::os::unix::net::UnixStream::connect(short).unwrap();
+        drop(listener);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

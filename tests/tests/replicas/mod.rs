@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -76,7 +75,7 @@ pub fn tcp_request(addr: SocketAddr, method: &str, path: &str, token: Option<&st
 }
 
 pub fn unix_request(socket: &Path, method: &str, path: &str) -> Response {
-    let s = UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()));
+    let s = livecov_tests::http::connect_unix(socket);
     s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
     exchange(s, method, path, &["content-length: 0"])
 }
