@@ -1091,10 +1091,21 @@ class Hook {
     server.on('error', (err) => complain(`cannot listen on ${socketPath}`, err));
     // Bound in listen() itself: the umask keeps the file from ever being more open than its mode.
     const umask = process.umask(0o177);
+    // A socket address holds at most 107 bytes of path: a deeper
+    // LIVECOV_DIR is reached through the folder's descriptor.
+    let folder = null;
     try {
-      server.listen({ path: socketPath, exclusive: true });
+      let address = socketPath;
+      if (Buffer.byteLength(socketPath) > 107) {
+        folder = fs.openSync(path.dirname(socketPath), 'r');
+        address = `/proc/self/fd/${folder}/${path.basename(socketPath)}`;
+      }
+      server.listen({ path: address, exclusive: true });
     } finally {
       process.umask(umask);
+      if (folder !== null) {
+        fs.closeSync(folder);
+      }
     }
     guarded(`cannot set the mode of ${socketPath}`, () => fs.chmodSync(socketPath, this.config.socketMode));
   }

@@ -125,3 +125,63 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// A coverage directory deeper than a Unix socket address holds (107
+/// bytes): every agent and hook still listens, and `livecov collect`
+/// reaches them all.
+#[test]
+fn processes_in_a_deep_directory_are_collected() {
+    let dir = scratch("hooks-sidecar", "deep");
+    let cov = dir.join("d".repeat(60)).join("cov");
+    std::fs::create_dir_all(&cov).expect("create the deep folder");
+    assert!(cov.join("sockets/rust-4711-0123456789abcdef.sock").as_os_str().len() > 107);
+
+    let rust = {
+        let mut cmd = Command::new(service_bin());
+        cmd.env("LIVECOV_DIR", &cov).env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"));
+        Service::spawn(cmd, cov.clone())
+    };
+    let node = Killed(
+        node::node_with_hook(&node::fixture_dir().join("http/server.js"), &[], &cov)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Node service"),
+    );
+    let mut py = Killed(
+        python::command("python")
+            .arg("plain.py")
+            .env("LIVECOV_DIR", &cov)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Python program"),
+    );
+    let mut line = String::new();
+    BufReader::new(py.0.stdout.take().expect("stdout")).read_line(&mut line).expect("its first line");
+    let instances = [
+        rust.instance(),
+        node::node_instance(&cov, node.0.id()),
+        livecov_tests::wait_for("the Python hook's socket", std::time::Duration::from_millis(20), || {
+            livecov_tests::service::find_instance(&cov, "python", py.0.id())
+        }),
+    ];
+
+    let out = dir.join("collected");
+    let (cov_arg, out_arg) = (cov.display().to_string(), out.display().to_string());
+    let run = livecov(&["collect", "--dir", &cov_arg, "-o", &out_arg]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).expect("manifest.json")).expect("JSON");
+    let mut live: Vec<&str> = manifest["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter(|t| t["error"].is_null())
+        .filter_map(|t| t["instance"].as_str())
+        .collect();
+    live.sort();
+    let mut want: Vec<&str> = instances.iter().map(String::as_str).collect();
+    want.sort();
+    assert_eq!(live, want, "{manifest:#}");
+    writeln!(py.0.stdin.as_mut().expect("stdin"), "exit").expect("tell the Python program to exit");
+}

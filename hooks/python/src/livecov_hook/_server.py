@@ -468,7 +468,13 @@ def _bind_privately(path: str, mode: int) -> socket.socket:
     temporary = os.path.join(private, "s")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.bind(temporary)
+        # A socket address holds at most 107 bytes of path: a deeper
+        # LIVECOV_DIR is reached through the folder's descriptor.
+        folder = os.open(private, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            sock.bind(temporary if len(os.fsencode(temporary)) <= 107 else f"/proc/self/fd/{folder}/s")
+        finally:
+            os.close(folder)
         os.chmod(temporary, mode)
         os.rename(temporary, path)
         return sock
