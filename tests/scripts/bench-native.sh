@@ -36,7 +36,7 @@ src="$root/fixtures/native"
 cov_flags=(-O0 -g -fprofile-instr-generate -fcoverage-mapping)
 clang-19 "${cov_flags[@]}" -I "$src" "$src/app.c" "$src/work.c" -o "$work/app" -ldl
 clang-19 "${cov_flags[@]}" -I "$root/agent-native/include" "$src/api_test.c" -o "$work/api_test" \
-    "$lib/liblivecov.a" -Wl,-z,noexecstack -lgcc_s -lutil -lrt -lpthread -lm -ldl
+    "$lib/liblivecov.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl
 
 # --- helpers ---------------------------------------------------------------------
 stats() { # stats < values: min median p95 max

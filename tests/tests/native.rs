@@ -18,11 +18,9 @@ use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::{find_instance, Service};
 use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
 
-/// What liblivecov.a needs from the system (`rustc --print native-static-libs`),
-/// and `-z noexecstack`: an assembly object in it (md5-asm's) has no
-/// `.note.GNU-stack` section, which would make the program's stack executable.
+/// What liblivecov.a needs from the system (`rustc --print native-static-libs`).
 const NATIVE_STATIC_LIBS: &[&str] =
-    &["-Wl,-z,noexecstack", "-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+    &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
 
 // ---------------------------------------------------------------- building
 

@@ -18,7 +18,7 @@ pub(crate) const AGENT_PACKAGES: &[&str] = &[
     "adler2", "aho-corasick", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle",
     "crc32fast", "crypto-common", "digest", "flate2", "futures-core", "generic-array", "http",
     "http-body", "http-body-util", "httparse", "httpdate", "hyper", "hyper-util", "itoa", "libc",
-    "md-5", "md5-asm", "memchr", "memmap2", "miniz_oxide", "mio", "object", "pin-project-lite", "proc-macro2",
+    "md-5", "memchr", "memmap2", "miniz_oxide", "mio", "object", "pin-project-lite", "proc-macro2",
     "quote", "regex", "regex-automata", "regex-syntax", "rustc-demangle", "rustc-hash",
     "serde_core", "serde_json", "simd-adler32", "smallvec", "socket2", "subtle", "syn", "tokio",
     "tokio-macros", "typenum", "unicode-ident", "zmij",
