@@ -50,7 +50,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use livecov::agent::connection::{accept_tcp, accept_unix, authorized, idle_expired, Accepted, BusyGuard, ConnState, Tracked};
+use livecov::agent::connection::{authorized, idle_expired, next_connection, refuse, Accepted, BusyGuard, ConnState, Tracked};
 use livecov::agent::server::{parse_query, Format};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
@@ -808,24 +808,9 @@ async fn serve(
         .max_buf_size((MAX_HEADER_BYTES + 1024).max(8192))
         .keep_alive(true);
     let http = Arc::new(http);
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.changed() => break,
-            r = accept_unix(unix.as_ref()) => r.map(Accepted::Unix),
-            r = accept_tcp(tcp.as_ref()) => r.map(Accepted::Tcp),
-        };
-        let stream = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                use io::ErrorKind::*;
-                if !matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                continue;
-            }
-        };
+    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse(&stream, ctx.sidecar.instance());
+            refuse(&stream, ctx.sidecar.instance().as_bytes());
             continue;
         };
         let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
@@ -843,22 +828,6 @@ async fn serve(
     drop(unix);
     drop(tcp);
     let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
-}
-
-/// Over the connection limit: a best-effort `503` in one write, then closed.
-fn refuse(stream: &Accepted, instance: &str) {
-    let body = br#"{"error":"too many connections"}"#;
-    let mut msg = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: {instance}\r\n\
-         connection: close\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    msg.extend_from_slice(body);
-    let _ = match stream {
-        Accepted::Unix(s) => s.try_write(&msg),
-        Accepted::Tcp(s) => s.try_write(&msg),
-    };
 }
 
 async fn connection<S>(

@@ -1,6 +1,6 @@
 //! Connection plumbing shared by the agent's server and `livecov sidecar`:
-//! accepting on a Unix socket and TCP at once, idle detection per
-//! connection, and the bearer-token check.
+//! accepting on a Unix socket and TCP at once, refusing over the connection
+//! limit, idle detection per connection, and the bearer-token check.
 
 use std::io;
 use std::pin::Pin;
@@ -18,14 +18,55 @@ pub enum Accepted {
     Tcp(tokio::net::TcpStream),
 }
 
-pub async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
+/// The next connection from either listener; `None` once `shutdown`
+/// changes. Failed accepts are skipped, after a pause when the failure is
+/// not about that one connection (EMFILE and the like: no spinning).
+pub async fn next_connection(
+    unix: Option<&tokio::net::UnixListener>,
+    tcp: Option<&tokio::net::TcpListener>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<Accepted> {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => return None,
+            r = accept_unix(unix) => r.map(Accepted::Unix),
+            r = accept_tcp(tcp) => r.map(Accepted::Tcp),
+        };
+        match accepted {
+            Ok(stream) => return Some(stream),
+            Err(e) => {
+                use io::ErrorKind::*;
+                if !matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Over the connection limit: a best-effort `503` in one non-blocking
+/// write; the caller then drops (closes) the stream.
+pub fn refuse(stream: &Accepted, instance: &[u8]) {
+    let body = br#"{"error":"too many connections"}"#;
+    let mut msg = Vec::with_capacity(256);
+    msg.extend_from_slice(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: ");
+    msg.extend_from_slice(instance);
+    msg.extend_from_slice(format!("\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
+    msg.extend_from_slice(body);
+    let _ = match stream {
+        Accepted::Unix(s) => s.try_write(&msg),
+        Accepted::Tcp(s) => s.try_write(&msg),
+    };
+}
+
+async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
     match l {
         Some(l) => l.accept().await.map(|(s, _)| s),
         None => std::future::pending().await,
     }
 }
 
-pub async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
+async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
     match l {
         Some(l) => l.accept().await.map(|(s, _)| s),
         None => std::future::pending().await,

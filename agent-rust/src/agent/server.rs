@@ -52,7 +52,7 @@
 //! counters get disjoint parts, and summing their reports counts nothing
 //! twice.
 
-use super::connection::{accept_tcp, accept_unix, authorized, idle_expired, Accepted, BusyGuard, ConnState, Tracked};
+use super::connection::{authorized, idle_expired, next_connection, refuse, Accepted, BusyGuard, ConnState, Tracked};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -558,29 +558,10 @@ async fn serve(
         .keep_alive(true);
     let http = Arc::new(http);
 
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.changed() => break,
-            r = accept_unix(unix.as_ref()) => r.map(Accepted::Unix),
-            r = accept_tcp(tcp.as_ref()) => r.map(Accepted::Tcp),
-        };
-        let stream = match accepted {
-            Ok(s) => s,
-            Err(e) => {
-                use io::ErrorKind::*;
-                if !matches!(e.kind(), ConnectionAborted | ConnectionReset | Interrupted | WouldBlock) {
-                    // EMFILE and the like: back off instead of spinning.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                continue;
-            }
-        };
-        let permit = match permits.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                refuse(&stream, &ctx.instance);
-                continue;
-            }
+    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refuse(&stream, ctx.instance.as_bytes());
+            continue;
         };
         let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -599,21 +580,6 @@ async fn serve(
     drop(tcp);
     // Connections got the signal too and finish within the grace period.
     let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
-}
-
-/// Over the connection limit: a best-effort `503` in one non-blocking write,
-/// then the stream is dropped (closed).
-fn refuse(stream: &Accepted, instance: &HeaderValue) {
-    let body = br#"{"error":"too many connections"}"#;
-    let mut msg = Vec::with_capacity(256);
-    msg.extend_from_slice(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: ");
-    msg.extend_from_slice(instance.as_bytes());
-    msg.extend_from_slice(format!("\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
-    msg.extend_from_slice(body);
-    let _ = match stream {
-        Accepted::Unix(s) => s.try_write(&msg),
-        Accepted::Tcp(s) => s.try_write(&msg),
-    };
 }
 
 async fn connection<S>(
