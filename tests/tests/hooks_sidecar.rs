@@ -6,7 +6,8 @@
 mod replicas;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 use livecov_tests::lcov::lines_hit;
 use livecov_tests::service::{service_bin, Service};
@@ -18,52 +19,17 @@ fn a_sidecar_over_one_directory_merges_rust_node_and_python_processes() {
     let dir = scratch("hooks-sidecar", "pod");
     let cov = dir.join("cov");
 
-    let mut rust = {
-        let mut cmd = Command::new(service_bin());
-        cmd.env("LIVECOV_DIR", &cov).env("LIVECOV_DEMANGLE", "0").env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"));
-        Service::spawn(cmd, cov.clone())
-    };
-    let mut node = Killed(
-        node::node_with_hook(&node::fixture_dir().join("http/server.js"), &[], &cov)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the Node service"),
-    );
-    let node_port: u16 = {
-        let mut line = String::new();
-        BufReader::new(node.0.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("its first line");
-        line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("Node said {line:?}"))
-    };
-    let mut py = Killed(
-        python::command("python")
-            .arg("plain.py")
-            .env("LIVECOV_DIR", &cov)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the Python program"),
-    );
-    let mut py_out = BufReader::new(py.0.stdout.take().expect("stdout"));
+    let mut pod = Pod::start(&dir, &cov);
     let mut line = String::new();
-    py_out.read_line(&mut line).expect("its first line");
-    assert!(line.starts_with("ready "), "Python said {line:?}");
-
     // Each process does something of its own.
-    rust.get("/hello?name=pod");
-    assert_eq!(node::get(node_port, "/hello?name=pod").status, 200);
-    let py_in = py.0.stdin.as_mut().expect("stdin");
+    pod.rust.get("/hello?name=pod");
+    assert_eq!(node::get(pod.node_port, "/hello?name=pod").status, 200);
+    let py_in = pod.py.0.stdin.as_mut().expect("stdin");
     writeln!(py_in, "call").expect("tell the Python program to call later()");
-    line.clear();
-    py_out.read_line(&mut line).expect("its answer");
+    pod.py_out.read_line(&mut line).expect("its answer");
     assert!(line.starts_with("later "), "Python said {line:?}");
 
-    let instances = [
-        rust.instance(),
-        node::node_instance(&cov, node.0.id()),
-        livecov_tests::wait_for("the Python hook's socket", std::time::Duration::from_millis(20), || {
-            livecov_tests::service::find_instance(&cov, "python", py.0.id())
-        }),
-    ];
+    let instances = pod.instances(&cov);
     let own: Vec<String> = instances
         .iter()
         .map(|i| {
@@ -94,8 +60,8 @@ fn a_sidecar_over_one_directory_merges_rust_node_and_python_processes() {
     }
 
     // The Python program ends: its final report stands in for it.
-    writeln!(py.0.stdin.as_mut().expect("stdin"), "exit").expect("tell the Python program to exit");
-    assert!(py.0.wait().expect("wait for Python").success());
+    writeln!(pod.py.0.stdin.as_mut().expect("stdin"), "exit").expect("tell the Python program to exit");
+    assert!(pod.py.0.wait().expect("wait for Python").success());
     let after = wait_for("the Python program gone from the sidecar's targets", || {
         let merged = sidecar.coverage("");
         let gone = sidecar.targets().iter().any(|t| t["instance"] == instances[2].as_str() && t["state"] == "gone");
@@ -113,7 +79,64 @@ fn a_sidecar_over_one_directory_merges_rust_node_and_python_processes() {
         }
     }
 
-    rust.kill();
+    pod.rust.kill();
+}
+
+/// The processes of one pod, all with `LIVECOV_DIR=cov`: the Rust fixture
+/// service with the agent, the Node HTTP fixture with the hook, and the
+/// Python plain script with the hook (ready, waiting for commands).
+struct Pod {
+    rust: Service,
+    node: Killed,
+    node_port: u16,
+    py: Killed,
+    py_out: BufReader<ChildStdout>,
+}
+
+impl Pod {
+    fn start(dir: &Path, cov: &Path) -> Pod {
+        let rust = {
+            let mut cmd = Command::new(service_bin());
+            cmd.env("LIVECOV_DIR", cov).env("LIVECOV_DEMANGLE", "0").env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"));
+            Service::spawn(cmd, cov.to_owned())
+        };
+        let mut node = Killed(
+            node::node_with_hook(&node::fixture_dir().join("http/server.js"), &[], cov)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start the Node service"),
+        );
+        let node_port: u16 = {
+            let mut line = String::new();
+            BufReader::new(node.0.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("its first line");
+            line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("Node said {line:?}"))
+        };
+        let mut py = Killed(
+            python::command("python")
+                .arg("plain.py")
+                .env("LIVECOV_DIR", cov)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start the Python program"),
+        );
+        let mut py_out = BufReader::new(py.0.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        py_out.read_line(&mut line).expect("its first line");
+        assert!(line.starts_with("ready "), "Python said {line:?}");
+        Pod { rust, node, node_port, py, py_out }
+    }
+
+    /// The instances of the Rust, Node and Python processes, once each listens.
+    fn instances(&self, cov: &Path) -> [String; 3] {
+        [
+            self.rust.instance(),
+            node::node_instance(cov, self.node.0.id()),
+            livecov_tests::wait_for("the Python hook's socket", std::time::Duration::from_millis(20), || {
+                livecov_tests::service::find_instance(cov, "python", self.py.0.id())
+            }),
+        ]
+    }
 }
 
 /// A child process ended when the test ends, also when it fails.
@@ -136,35 +159,8 @@ fn processes_in_a_deep_directory_are_collected() {
     std::fs::create_dir_all(&cov).expect("create the deep folder");
     assert!(cov.join("sockets/rust-4711-0123456789abcdef.sock").as_os_str().len() > 107);
 
-    let rust = {
-        let mut cmd = Command::new(service_bin());
-        cmd.env("LIVECOV_DIR", &cov).env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"));
-        Service::spawn(cmd, cov.clone())
-    };
-    let node = Killed(
-        node::node_with_hook(&node::fixture_dir().join("http/server.js"), &[], &cov)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the Node service"),
-    );
-    let mut py = Killed(
-        python::command("python")
-            .arg("plain.py")
-            .env("LIVECOV_DIR", &cov)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the Python program"),
-    );
-    let mut line = String::new();
-    BufReader::new(py.0.stdout.take().expect("stdout")).read_line(&mut line).expect("its first line");
-    let instances = [
-        rust.instance(),
-        node::node_instance(&cov, node.0.id()),
-        livecov_tests::wait_for("the Python hook's socket", std::time::Duration::from_millis(20), || {
-            livecov_tests::service::find_instance(&cov, "python", py.0.id())
-        }),
-    ];
+    let mut pod = Pod::start(&dir, &cov);
+    let instances = pod.instances(&cov);
 
     let out = dir.join("collected");
     let (cov_arg, out_arg) = (cov.display().to_string(), out.display().to_string());
@@ -183,5 +179,5 @@ fn processes_in_a_deep_directory_are_collected() {
     let mut want: Vec<&str> = instances.iter().map(String::as_str).collect();
     want.sort();
     assert_eq!(live, want, "{manifest:#}");
-    writeln!(py.0.stdin.as_mut().expect("stdin"), "exit").expect("tell the Python program to exit");
+    writeln!(pod.py.0.stdin.as_mut().expect("stdin"), "exit").expect("tell the Python program to exit");
 }
