@@ -17,16 +17,14 @@
 mod replicas;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use livecov_tests::service::{service_bin, Service};
 use livecov_tests::workspace_root;
-use replicas::{function_count, livecov_bin, query_a, scratch, test_names, wait_for, Sidecar, HELLO, FIB};
+use replicas::{function_count, livecov_bin, scratch, test_names, wait_for, Dns, Sidecar, HELLO, FIB};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -1152,60 +1150,6 @@ fn secret_value(b: &Bundle, secret: &str, key: &str) -> String {
     b.find("Secret", secret).and_then(|s| s.value["stringData"][key].as_str()).unwrap_or_else(|| panic!("no key {key} in Secret {secret}")).to_owned()
 }
 
-/// dnsmasq on a loopback port, standing in for cluster DNS: the SRV record
-/// `srv` names `host` (with an A record `ip`) on `port`.
-struct ClusterDns {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl ClusterDns {
-    fn start(dir: &Path, srv: &str, host: &str, ip: &str, port: u16) -> ClusterDns {
-        let port_free_for_both = || {
-            (0..50).find_map(|_| {
-                let udp = UdpSocket::bind("127.0.0.1:0").ok()?;
-                let p = udp.local_addr().ok()?.port();
-                TcpListener::bind(("127.0.0.1", p)).ok().map(|_| p)
-            })
-        };
-        let dns_port = port_free_for_both().expect("a port free for UDP and TCP");
-        let mut cmd = Command::new("dnsmasq");
-        cmd.args([
-            "--no-daemon",
-            &format!("--port={dns_port}"),
-            "--listen-address=127.0.0.1",
-            "--bind-interfaces",
-            "--no-resolv",
-            "--no-hosts",
-            "--conf-file=/dev/null",
-            "--log-facility=-",
-            &format!("--host-record={host},{ip}"),
-            &format!("--srv-host={srv},{host},{port}"),
-        ]);
-        // As root dnsmasq would switch to a user that may not exist here.
-        if unsafe { libc::geteuid() } == 0 {
-            cmd.arg("--user=root");
-        }
-        let log = std::fs::File::create(dir.join("dnsmasq.log")).expect("dnsmasq log");
-        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().expect("run dnsmasq (install it: tests/scripts/install-deps.sh)");
-        let dns = ClusterDns { child, addr: SocketAddr::from(([127, 0, 0, 1], dns_port)) };
-        let want: Vec<std::net::Ipv4Addr> = vec![ip.parse().unwrap()];
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while query_a(dns.addr, host).as_ref() != Some(&want) {
-            assert!(Instant::now() < deadline, "dnsmasq does not answer for {host}: {}", std::fs::read_to_string(dir.join("dnsmasq.log")).unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        dns
-    }
-}
-
-impl Drop for ClusterDns {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A pod of the service and the aggregator, run from the manifests: the
 /// service with its container's args and env (LIVECOV_DIR, the flush
 /// period), the pod's sidecar and the aggregator with their exact args.
@@ -1254,7 +1198,9 @@ fn pod_sidecar_and_aggregator_run_as_the_manifests_say() {
     let spec = flag_values(&args_of(agg), "--replicas")[0].to_owned();
     let srv = spec.strip_prefix("srv:").expect("the aggregator names the SRV records");
     let svc = srv.split("._tcp.").nth(1).unwrap();
-    let dns = ClusterDns::start(&dir, srv, &format!("pod-0.{svc}"), "127.0.0.1", sidecar.addr.unwrap().port());
+    let host = format!("pod-0.{svc}");
+    let records = [format!("--host-record={host},127.0.0.1"), format!("--srv-host={srv},{host},{}", sidecar.addr.unwrap().port())];
+    let dns = Dns::with_records(&dir, &records, &host, &["127.0.0.1"]);
     let mut agg_args: Vec<String> = args_of(agg).iter().map(|a| localize(a, agg, &agg_volumes)).collect();
     agg_args.extend(["--dns-server".to_owned(), dns.addr.to_string()]);
     let agg_args: Vec<&str> = agg_args.iter().map(String::as_str).collect();

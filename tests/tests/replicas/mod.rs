@@ -160,10 +160,12 @@ impl Replica {
 // ---------------------------------------------------------------- DNS
 
 /// dnsmasq on a loopback port: `NAME` has one A record per replica, and
-/// `SRV` points at `NAME` on the replicas' port.
+/// `SRV` points at `NAME` on the replicas' port (or the records given to
+/// [`Dns::with_records`]).
 pub struct Dns {
     child: Child,
     pub addr: SocketAddr,
+    dir: PathBuf,
     hosts: PathBuf,
 }
 
@@ -171,6 +173,15 @@ impl Dns {
     pub fn start(dir: &Path, ips: &[&str], srv_port: u16) -> Dns {
         let hosts = dir.join("dns-hosts");
         write_hosts(&hosts, ips);
+        let records = [format!("--addn-hosts={}", hosts.display()), format!("--srv-host={SRV},{NAME},{srv_port}")];
+        let mut dns = Dns::with_records(dir, &records, NAME, ips);
+        dns.hosts = hosts;
+        dns
+    }
+
+    /// dnsmasq answering with `records` (dnsmasq options such as
+    /// `--host-record=...`), once it answers `ips` for `name`.
+    pub fn with_records(dir: &Path, records: &[String], name: &str, ips: &[&str]) -> Dns {
         let port = free_dns_port();
         let mut cmd = Command::new("dnsmasq");
         cmd.args([
@@ -182,10 +193,9 @@ impl Dns {
             "--no-hosts",
             "--conf-file=/dev/null",
             "--log-facility=-",
-            &format!("--addn-hosts={}", hosts.display()),
-            &format!("--srv-host={SRV},{NAME},{srv_port}"),
             &format!("--pid-file={}", dir.join("dnsmasq.pid").display()),
         ]);
+        cmd.args(records);
         // As root dnsmasq would switch to an unprivileged user that may not
         // read the hosts file in the scratch folder.
         if unsafe { libc::geteuid() } == 0 {
@@ -197,9 +207,8 @@ impl Dns {
             .stderr(log)
             .spawn()
             .expect("run dnsmasq (install it: tests/scripts/install-deps.sh)");
-        let dns = Dns { child, addr: SocketAddr::from(([127, 0, 0, 1], port)), hosts };
-        let want: Vec<Ipv4Addr> = ips.iter().map(|ip| ip.parse().expect("IPv4")).collect();
-        dns.wait_for_answer(&want, dir);
+        let dns = Dns { child, addr: SocketAddr::from(([127, 0, 0, 1], port)), dir: dir.to_owned(), hosts: PathBuf::new() };
+        dns.wait_for_answer(name, ips);
         dns
     }
 
@@ -212,16 +221,15 @@ impl Dns {
         write_hosts(&self.hosts, ips);
         // Safety: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
-        let want: Vec<Ipv4Addr> = ips.iter().map(|ip| ip.parse().expect("IPv4")).collect();
-        self.wait_for_answer(&want, self.hosts.parent().expect("dir"));
+        self.wait_for_answer(NAME, ips);
     }
 
-    fn wait_for_answer(&self, want: &[Ipv4Addr], dir: &Path) {
+    fn wait_for_answer(&self, name: &str, ips: &[&str]) {
         let deadline = Instant::now() + Duration::from_secs(20);
-        let mut want = want.to_vec();
+        let mut want: Vec<Ipv4Addr> = ips.iter().map(|ip| ip.parse().expect("IPv4")).collect();
         want.sort();
         loop {
-            if let Some(mut got) = query_a(self.addr, NAME) {
+            if let Some(mut got) = query_a(self.addr, name) {
                 got.sort();
                 if got == want {
                     return;
@@ -229,8 +237,8 @@ impl Dns {
             }
             assert!(
                 Instant::now() < deadline,
-                "dnsmasq does not answer {want:?} for {NAME}; its log: {}",
-                std::fs::read_to_string(dir.join("dnsmasq.log")).unwrap_or_default()
+                "dnsmasq does not answer {want:?} for {name}; its log: {}",
+                std::fs::read_to_string(self.dir.join("dnsmasq.log")).unwrap_or_default()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
