@@ -87,13 +87,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(0.95 * NR); if (i < 0.95 * NR) i++; print v[i] }'; }
-now_ns() { date +%s%N; }
 mem_kib() { # mem_kib PID: VmRSS RssAnon VmHWM, KiB
     awk '/^VmRSS:/ { r = $2 } /^RssAnon:/ { a = $2 } /^VmHWM:/ { h = $2 } END { print r, a, h }' "/proc/$1/status"
 }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
 alive() { kill -0 "$1" 2>/dev/null; }
 
 # dump SOCKET PATH OUT: one request to the agent; prints its time in ms
@@ -107,16 +103,6 @@ dump() {
     awk -v t="$t" 'BEGIN { printf "%.3f\n", t * 1000 }'
 }
 
-# wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
-wait_for() {
-    local n=$1
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
 
 # forget PID: a process that ended is no longer the cleanup's.
 forget() {

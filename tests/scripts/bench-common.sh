@@ -2,7 +2,7 @@
 # rustup llvm-tools component, and `clean_env`, an `env` prefix that drops
 # what the caller (an outer cargo, make, a shell profile) set that would
 # change a build: target dir, wrappers, flags, profile file names, and the
-# agent's own settings.
+# agent's own settings. Also the small helpers the scripts share.
 host=$(rustc -vV | sed -n 's/^host: //p')
 llvm_bin="$(rustc --print sysroot)/lib/rustlib/$host/bin"
 profdata="$llvm_bin/llvm-profdata"
@@ -19,3 +19,19 @@ while IFS= read -r name; do
             clean_env+=(-u "$name") ;;
     esac
 done < <(compgen -e)
+
+# median, p95 < numbers, one a line ("nan" for none).
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(0.95 * NR); if (i < 0.95 * NR) i++; print v[i] }'; }
+now_ns() { date +%s%N; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+# wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
+wait_for() {
+    local n=$1
+    shift
+    for _ in $(seq "$n"); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    return 1
+}

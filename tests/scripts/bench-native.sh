@@ -46,7 +46,6 @@ stats() { # stats < values: min median p95 max
         i = int(0.95 * NR); if (i < 0.95 * NR) i++
         print v[1], m, v[i], v[NR] }'
 }
-now_ns() { date +%s%N; }
 # run_app LABEL [ENV=VALUE...]: `app fib 1` once; appends its wall time (us)
 # to $work/wall-LABEL, and the constructor's start time, if printed, to
 # $work/ctor.
@@ -79,7 +78,7 @@ a_bytes=$(stat -c %s "$lib/liblivecov.a")
 exports=$("$llvm_bin/llvm-nm" -D --defined-only "$lib/liblivecov.so" | awk '{ print $3 }' | grep -c '^livecov_' || true)
 others=$("$llvm_bin/llvm-nm" -D --defined-only "$lib/liblivecov.so" | awk '{ print $3 }' | grep -vc '^livecov_' || true)
 echo
-echo "liblivecov, profile release-native ($(rustc --version | cut -d' ' -f2), load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "liblivecov, profile release-native ($(rustc --version | cut -d' ' -f2), load $(load))"
 printf "%-52s %14s %10s\n" "file" "bytes" "MiB"
 awk -v b="$so_bytes" -v e="$exports" -v o="$others" \
     'BEGIN { printf "%-52s %14d %10.2f\n", "liblivecov.so (" e " livecov_* exported, " o " other)", b, b / 1048576 }'

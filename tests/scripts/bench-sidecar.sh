@@ -101,19 +101,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-now_ns() { date +%s%N; }
-load() { cut -d' ' -f1-3 /proc/loadavg; }
-# wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
-wait_for() {
-    local n=$1
-    shift
-    for _ in $(seq "$n"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
 # summary LCOV: "DA records, lines hit, sum of DA counts" (a sanity check that
 # the tools merged to the same numbers).
 summary() {

@@ -95,8 +95,6 @@ rss_llvm() { # the max of the two steps, KiB
     b=$(tail -1 "$work/rss")
     echo $((a > b ? a : b))
 }
-now_ns() { date +%s%N; }
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # Warm-up (untimed): page in the binary, the profiles and the tools for both.
 run_livecov "$work/out/livecov.lcov"
