@@ -472,23 +472,11 @@ impl fmt::Display for ClientError {
     }
 }
 
-/// Connects to a Unix socket, also one deeper than the 107 bytes of path a
-/// socket address holds (agents bind those through their folder, see the
-/// agent's server): through the folder's descriptor.
+/// Connects to a Unix socket, also one deeper than a socket address holds
+/// (agents bind those through their folder, and so does this).
 async fn connect_unix(socket: &Path) -> std::io::Result<tokio::net::UnixStream> {
-    const MAX_SOCKET_PATH: usize = 107;
-    let (Some(folder), Some(name)) = (socket.parent(), socket.file_name()) else {
-        return tokio::net::UnixStream::connect(socket).await;
-    };
-    if socket.as_os_str().len() <= MAX_SOCKET_PATH {
-        return tokio::net::UnixStream::connect(socket).await;
-    }
-    let folder = std::fs::File::open(if folder.as_os_str().is_empty() { Path::new(".") } else { folder })?;
-    let mut short = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&folder)));
-    short.push(name);
-    let stream = tokio::net::UnixStream::connect(&short).await;
-    drop(folder);
-    stream
+    let (address, _folder) = livecov::agent::connection::socket_address(socket)?;
+    tokio::net::UnixStream::connect(address).await
 }
 
 impl std::error::Error for ClientError {
@@ -593,9 +581,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
         std::fs::create_dir_all(&deep).unwrap();
-        let folder = std::fs::File::open(&deep).unwrap();
-        let short = format!("/proc/self/fd/{}/t.sock", std::os::fd::AsRawFd::as_raw_fd(&folder));
-        let listener = std::os::unix::net::UnixListener::bind(short).unwrap();
+        let (address, _folder) = livecov::agent::connection::socket_address(&deep.join("t.sock")).unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(address).unwrap();
         let server = answer_once(listener, b"HTTP/1.1 204 No Content\r\nlivecov-instance: i-1\r\n\r\n");
         let instance = block_on(Client::new(Target::Unix(deep.join("t.sock"))).reset()).unwrap().unwrap();
         assert_eq!(instance.as_deref(), Some("i-1"));

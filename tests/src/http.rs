@@ -82,12 +82,7 @@ pub fn unix_request(socket: &Path, method: &str, path: &str, headers: &[&str]) -
 /// bytes a socket address holds (a checkout in a deep folder): through the
 /// descriptor of its folder, as livecov's own clients do.
 pub fn connect_unix(socket: &Path) -> UnixStream {
-    let connected = if socket.as_os_str().len() > 107 {
-        let folder = std::fs::File::open(socket.parent().expect("a socket in a folder")).expect("open the socket's folder");
-        let name = socket.file_name().expect("a socket file").to_string_lossy();
-        UnixStream::connect(format!("/proc/self/fd/{}/{name}", std::os::fd::AsRawFd::as_raw_fd(&folder)))
-    } else {
-        UnixStream::connect(socket)
-    };
+    let connected = livecov::agent::connection::socket_address(socket)
+        .and_then(|(address, _folder)| UnixStream::connect(address));
     connected.unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))
 }

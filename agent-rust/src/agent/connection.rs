@@ -1,8 +1,10 @@
 //! Connection plumbing shared by the agent's server and `livecov sidecar`:
 //! accepting on a Unix socket and TCP at once, refusing over the connection
-//! limit, idle detection per connection, and the bearer-token check.
+//! limit, idle detection per connection, the bearer-token check, and the
+//! address of a Unix socket deeper than a socket address holds.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,6 +13,26 @@ use std::time::{Duration, Instant};
 
 use hyper::header::HeaderValue;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The longest path a Unix socket address holds (108 bytes with the NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// The address to bind or connect the Unix socket `path` by: the path
+/// itself, or, deeper than [`MAX_SOCKET_PATH`], the same file reached
+/// through the descriptor of its folder (`/proc/self/fd/N/<name>`), valid
+/// while the returned folder stays open.
+pub fn socket_address(path: &Path) -> io::Result<(PathBuf, Option<std::fs::File>)> {
+    if path.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok((path.to_owned(), None));
+    }
+    let (Some(folder), Some(name)) = (path.parent(), path.file_name()) else {
+        return Ok((path.to_owned(), None));
+    };
+    let folder = std::fs::File::open(if folder.as_os_str().is_empty() { Path::new(".") } else { folder })?;
+    let mut short = PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&folder)));
+    short.push(name);
+    Ok((short, Some(folder)))
+}
 
 /// A connection from either listener.
 pub enum Accepted {

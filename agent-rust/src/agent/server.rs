@@ -52,7 +52,10 @@
 //! counters get disjoint parts, and summing their reports counts nothing
 //! twice.
 
-use super::connection::{authorized, idle_expired, next_connection, refuse, Accepted, BusyGuard, ConnState, Tracked};
+use super::connection::{
+    authorized, idle_expired, next_connection, refuse, socket_address, Accepted, BusyGuard, ConnState, Tracked,
+    MAX_SOCKET_PATH,
+};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -437,9 +440,6 @@ fn spawn(
 /// and cannot be changed safely in a multi-threaded host). If that directory
 /// cannot be made (e.g. the temporary path would be too long), binds in place
 /// and chmods. Returns the listener and the socket file's (device, inode).
-/// The longest path a Unix socket address holds (108 bytes with the NUL).
-const MAX_SOCKET_PATH: usize = 107;
-
 fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
     use std::os::unix::fs::DirBuilderExt;
     use std::os::unix::net::UnixListener;
@@ -470,11 +470,10 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let tmp = dir.join("s");
         let res = (|| {
-            // A socket address holds at most 107 bytes of path; a deeper
-            // LIVECOV_DIR is reached through the folder's descriptor.
-            let folder = std::fs::File::open(&dir)?;
-            let short = PathBuf::from(format!("/proc/self/fd/{}/s", std::os::fd::AsRawFd::as_raw_fd(&folder)));
-            let l = UnixListener::bind(if tmp.as_os_str().len() > MAX_SOCKET_PATH { &short } else { &tmp })?;
+            // A deeper LIVECOV_DIR than a socket address holds is reached
+            // through the folder's descriptor.
+            let (address, _folder) = socket_address(&tmp)?;
+            let l = UnixListener::bind(address)?;
             std::fs::set_permissions(&tmp, perms.clone())?;
             std::fs::rename(&tmp, path)?;
             Ok(l)
@@ -965,9 +964,8 @@ mod tests {
         assert!(m.file_type().is_socket() && m.permissions().mode() & 0o777 == 0o600);
         assert_eq!((m.dev(), m.ino()), id);
         // A client reaches it the same way.
-        let folder = std::fs::File::open(&dir).unwrap();
-        let short = format!("/proc/self/fd/{}/x.sock", std::os::fd::AsRawFd::as_raw_fd(&folder));
-        std::os::unix::net::UnixStream::connect(short).unwrap();
+        let (address, _folder) = socket_address(&path).unwrap();
+        std::os::unix::net::UnixStream::connect(address).unwrap();
         drop(listener);
         std::fs::remove_dir_all(&dir).unwrap();
     }
