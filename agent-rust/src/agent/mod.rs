@@ -14,6 +14,7 @@ mod engine;
 pub(crate) mod modules;
 mod process;
 pub mod server;
+mod threads;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -244,42 +245,40 @@ impl Agent {
     /// Started in the background, it first does what [`Agent::run`] does.
     fn spawn_flush_thread(&'static self, wake: process::WakePipe, background: bool) -> Result<(), String> {
         let read = wake.read;
-        let thread = std::thread::Builder::new()
-            .name("livecov-flush".into())
-            .spawn(move || {
-                server::lower_priority();
-                if background {
-                    let started = make_dirs(&self.config).and_then(|()| self.run());
-                    if let Err(e) = started {
-                        eprintln!("livecov: not started: {e}");
-                        self.withdraw();
+        let thread = threads::spawn("livecov-flush", move || {
+            server::lower_priority();
+            if background {
+                let started = make_dirs(&self.config).and_then(|()| self.run());
+                if let Err(e) = started {
+                    eprintln!("livecov: not started: {e}");
+                    self.withdraw();
+                    wake.close();
+                    return;
+                }
+                self.set_ready();
+            }
+            loop {
+                match wake.wait(self.config.flush_every) {
+                    // `stop` asks the thread to end.
+                    Some(0) => {
                         wake.close();
                         return;
                     }
-                    self.set_ready();
-                }
-                loop {
-                    match wake.wait(self.config.flush_every) {
-                        // `stop` asks the thread to end.
-                        Some(0) => {
-                            wake.close();
-                            return;
-                        }
-                        Some(signal) => {
-                            self.finish("exited");
-                            process::reraise(signal);
-                        }
-                        None if self.config.flush_every.is_some() && !self.finished.load(Ordering::Acquire) => {
-                            self.write_report();
-                        }
-                        None => {}
+                    Some(signal) => {
+                        self.finish("exited");
+                        process::reraise(signal);
                     }
+                    None if self.config.flush_every.is_some() && !self.finished.load(Ordering::Acquire) => {
+                        self.write_report();
+                    }
+                    None => {}
                 }
-            })
-            .map_err(|e| {
-                process::WakePipe { read }.close();
-                format!("cannot start the flush thread: {e}")
-            })?;
+            }
+        })
+        .map_err(|e| {
+            process::WakePipe { read }.close();
+            format!("cannot start the flush thread: {e}")
+        })?;
         *lock(&self.flush_thread) = Some(thread);
         Ok(())
     }

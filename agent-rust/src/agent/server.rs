@@ -396,7 +396,7 @@ fn spawn(
         .build()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
-    let thread = std::thread::Builder::new().name("livecov-agent".into()).spawn(move || {
+    let thread = super::threads::spawn("livecov-agent", move || {
         let run = AssertUnwindSafe(|| {
             runtime.block_on(async move {
                 // Registering with the reactor needs the runtime's context.
