@@ -122,7 +122,7 @@ impl Service {
     /// Spawns `cmd` (the service, its arguments and environment; `cov` its
     /// `LIVECOV_DIR`) and reads its `listening on ADDR` line.
     pub fn spawn(mut cmd: Command, cov: PathBuf) -> Service {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start the service");
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("start the service");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("read the service's first line");

@@ -312,3 +312,46 @@ fn bad_clients_and_concurrent_dumps_do_not_hurt_the_service() {
     assert_eq!(tcp_request("authorization: Bearer s3cret\r\n").status, 200);
     assert!(s.get("/hello").starts_with("HTTP/1.1 200"), "the service stopped serving");
 }
+
+#[test]
+fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
+    let metadata_tcp = |s: &Service| -> serde_json::Value {
+        let path = s.cov_dir().join("reports").join(format!("{}.json", s.instance()));
+        let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(path).expect("metadata")).expect("JSON");
+        meta["tcp"].clone()
+    };
+    let health_over_tcp = |address: &str| {
+        let mut c = TcpStream::connect(address).expect("connect to the agent over TCP");
+        write!(c, "GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").expect("send");
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).expect("read");
+        parse_response(&raw).status
+    };
+
+    // Refused: one line on stderr that says what to set; the socket serves.
+    let dir = livecov_tests::service::scratch("agent", "tcp-refused");
+    let stderr = dir.join("stderr");
+    let mut cmd = Command::new(service_bin());
+    cmd.env("LIVECOV_DIR", dir.join("cov"))
+        .env("LIVECOV_LISTEN", "0.0.0.0:0")
+        .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"));
+    let refused = Service::spawn(cmd, dir.join("cov"));
+    assert!(refused.coverage("").contains("SF:"));
+    assert_eq!(metadata_tcp(&refused), serde_json::Value::Null);
+    let said = std::fs::read_to_string(&stderr).expect("stderr");
+    assert!(
+        said.contains("not listening on 0.0.0.0:0") && said.contains("LIVECOV_TOKEN") && said.contains("LIVECOV_LISTEN_WITHOUT_TOKEN=1"),
+        "{said}"
+    );
+
+    // Asked for: served without a token.
+    let open = start("tcp-open", &[], &[("LIVECOV_LISTEN", "0.0.0.0:0"), ("LIVECOV_LISTEN_WITHOUT_TOKEN", "1")]);
+    let tcp = metadata_tcp(&open);
+    let port = tcp.as_str().and_then(|a| a.rsplit(':').next()).expect("the TCP address in the metadata");
+    assert_eq!(health_over_tcp(&format!("127.0.0.1:{port}")), 200);
+
+    // Loopback needs neither.
+    let local = start("tcp-loopback", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0")]);
+    assert_eq!(health_over_tcp(metadata_tcp(&local).as_str().expect("TCP address")), 200);
+}

@@ -54,6 +54,10 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// Bearer token required on TCP.
     pub token: Option<String>,
+    /// Serve TCP on an address other than loopback without a token
+    /// (`LIVECOV_LISTEN_WITHOUT_TOKEN=1`): refused otherwise, see
+    /// [`Config::tcp_refusal`].
+    pub listen_without_token: bool,
     /// Files left out of reports (`LIVECOV_IGNORE`); `None`: the default,
     /// [`DEFAULT_IGNORE`] (compiled at the first dump, not at start).
     pub ignore: Option<Regex>,
@@ -76,6 +80,7 @@ impl Default for Config {
             dir: None,
             listen: None,
             token: None,
+            listen_without_token: false,
             ignore: None,
             demangle: true,
             flush_every: None,
@@ -110,14 +115,15 @@ impl Config {
     /// `key=value` entries separated by `;` (a literal `;` in a value is
     /// written `;;`), with the keys of the environment variables in lower
     /// case and without `LIVECOV_`: `dir`, `listen`, `token`, `token_file`,
-    /// `ignore`, `demangle`, `flush_secs`, `path_map`, `socket_mode`. Spaces
+    /// `listen_without_token`, `ignore`, `demangle`, `flush_secs`,
+    /// `path_map`, `socket_mode`. Spaces
     /// around keys and values are ignored; an empty string is the default
     /// configuration (no socket, no TCP: the program dumps through the API).
     ///
     /// `dir=/tmp/cov;listen=127.0.0.1:0;token=x;flush_secs=1;demangle=0;path_map=/build=/src`
     pub fn from_config_string(text: &str) -> Result<Config, String> {
         const KEYS: &[&str] =
-            &["dir", "listen", "token", "token_file", "ignore", "demangle", "flush_secs", "path_map", "socket_mode"];
+            &["dir", "listen", "token", "token_file", "listen_without_token", "ignore", "demangle", "flush_secs", "path_map", "socket_mode"];
         let mut values: Vec<(String, String)> = Vec::new();
         for entry in split_entries(text) {
             if entry.trim().is_empty() {
@@ -159,6 +165,7 @@ impl Config {
             ),
             (None, None) => None,
         };
+        self.listen_without_token = var("listen_without_token").is_some_and(|v| v != "0");
         if let Some(re) = var("ignore") {
             self.ignore = Some(
                 Regex::new(&re).map_err(|e| format!("{} is not a valid regular expression: {e}", name("ignore")))?,
@@ -188,6 +195,24 @@ impl Config {
                 .ok_or_else(|| format!("{}={mode:?} is not an octal file mode such as 0600", name("socket_mode")))?;
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// Why the TCP address is not served, if it is not: an address other
+    /// than loopback without a token would give the coverage, the raw
+    /// profile and `POST /reset` to anyone who reaches the port, so it takes
+    /// a token or an explicit opt-in. The Unix socket serves either way.
+    pub fn tcp_refusal(&self) -> Option<String> {
+        let addr = self.listen?;
+        let open = !addr.ip().is_loopback() && self.token.as_deref().is_none_or(str::is_empty);
+        (open && !self.listen_without_token).then(|| {
+            format!(
+                "not listening on {addr}: it is reachable from other hosts and no token is set; \
+                 set LIVECOV_TOKEN (or LIVECOV_TOKEN_FILE) to require one, listen on 127.0.0.1, \
+                 or set LIVECOV_LISTEN_WITHOUT_TOKEN=1 to serve it to anyone who reaches the port"
+            )
+        })
     }
 }
 
@@ -289,6 +314,22 @@ mod tests {
         assert!(err.contains("0.0.0.0:9464"), "{err}");
         let err = config(&[("LIVECOV_DIR", "/c"), ("LIVECOV_SOCKET_MODE", "rw")]).unwrap_err();
         assert!(err.contains("octal"), "{err}");
+    }
+
+    #[test]
+    fn tcp_beyond_loopback_takes_a_token_or_an_explicit_opt_in() {
+        let refusal = |vars: &[(&str, &str)]| config(vars).unwrap().unwrap().tcp_refusal();
+        let err = refusal(&[("LIVECOV_LISTEN", "0.0.0.0:9464")]).expect("refused");
+        assert!(err.contains("LIVECOV_TOKEN") && err.contains("LIVECOV_LISTEN_WITHOUT_TOKEN=1"), "{err}");
+        assert!(refusal(&[("LIVECOV_LISTEN", "[::]:9464"), ("LIVECOV_TOKEN", "")]).is_some());
+        assert!(refusal(&[("LIVECOV_LISTEN", "10.1.2.3:9464"), ("LIVECOV_LISTEN_WITHOUT_TOKEN", "0")]).is_some());
+        assert!(refusal(&[("LIVECOV_LISTEN", "0.0.0.0:9464"), ("LIVECOV_TOKEN", "s3cret")]).is_none());
+        assert!(refusal(&[("LIVECOV_LISTEN", "0.0.0.0:9464"), ("LIVECOV_LISTEN_WITHOUT_TOKEN", "1")]).is_none());
+        assert!(refusal(&[("LIVECOV_LISTEN", "127.0.0.1:9464")]).is_none());
+        assert!(refusal(&[("LIVECOV_LISTEN", "[::1]:9464")]).is_none());
+        assert!(refusal(&[("LIVECOV_DIR", "/cov")]).is_none());
+        let c = Config::from_config_string("listen=0.0.0.0:0;listen_without_token=1").unwrap();
+        assert!(c.tcp_refusal().is_none());
     }
 
     #[test]

@@ -225,11 +225,18 @@ fn new_instance_id(runtime: &str) -> String {
 impl Agent {
     /// Starts the server and writes the metadata.
     fn run(&'static self) -> Result<(), String> {
-        let listen = Listen {
+        let mut listen = Listen {
             unix: self.config.dir.as_ref().map(|d| (self.socket_path(d), self.config.socket_mode)),
             tcp: self.config.listen,
             token: self.config.token.clone(),
         };
+        if let Some(refusal) = self.config.tcp_refusal() {
+            if listen.unix.is_none() {
+                return Err(refusal);
+            }
+            eprintln!("livecov: {refusal} (the socket in LIVECOV_DIR serves)");
+            listen.tcp = None;
+        }
         // Without a socket or TCP address, the program dumps through the
         // API only (the C shim's `livecov_start("")`).
         if listen.unix.is_some() || listen.tcp.is_some() {
