@@ -37,6 +37,9 @@ const LIMITS = {
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 120_000,
   idleTimeoutMs: 30_000,
+  // How long a report waits for worker threads' counts: on the event loop, and at exit (where the process waits).
+  workerAnswerMs: 10_000,
+  workerAnswerAtExitMs: 2_000,
 };
 
 const ROUTES = 'GET /coverage, POST /reset, GET /health';
@@ -379,18 +382,72 @@ function mergeRangeTreeChildren(parentTrees) {
 
 /**
  * Running totals of V8's precise coverage, per script URL and function
- * (keyed by the function's own range). V8 zeroes its counts at every take,
- * so every take is added to the totals here.
+ * (keyed by the function's own range): of one isolate, or summed over
+ * several (the main thread's and its workers').
  */
-class Collector {
-  constructor(inspector, reportable) {
-    this.session = new inspector.Session();
-    this.session.connect();
-    this.reportable = reportable;
+class Counts {
+  constructor() {
     /** url -> Map("start;end" -> {functionName, ranges}) */
     this.scripts = new Map();
-    /** url -> whether its coverage is kept (decided once per URL). */
-    this.kept = new Map();
+  }
+
+  /** Adds the scripts of a takePreciseCoverage result (the counts since the take before it) that `keep(url)` wants. */
+  add(result, keep) {
+    for (const script of result) {
+      if (!keep(script.url)) continue;
+      for (const fn of script.functions) this.addFunction(script.url, fn.functionName, fn.ranges, true);
+    }
+  }
+
+  addFunction(url, functionName, ranges, raw) {
+    let functions = this.scripts.get(url);
+    if (functions === undefined) {
+      functions = new Map();
+      this.scripts.set(url, functions);
+    }
+    const root = ranges[0];
+    const key = `${root.startOffset};${root.endOffset}`;
+    const total = functions.get(key);
+    if (total === undefined) {
+      // Range arrays are never changed in place (merges make new ones), so totals may share them.
+      functions.set(key, { functionName, ranges: raw ? normalizedRanges(ranges) : ranges });
+    } else if (ranges.some((r) => r.count !== 0)) {
+      total.ranges = mergeRanges(total.ranges, ranges);
+    }
+  }
+
+  /** The same functions and ranges with count 0: what a reset leaves (the functions seen stay in reports). */
+  zeroed() {
+    const zero = new Counts();
+    for (const [url, functions] of this.scripts) {
+      const copy = new Map();
+      for (const [key, fn] of functions) {
+        copy.set(key, { functionName: fn.functionName, ranges: fn.ranges.map((r) => ({ ...r, count: 0 })) });
+      }
+      zero.scripts.set(url, copy);
+    }
+    return zero;
+  }
+
+  /** The sum of several totals, function by function; one of them as it is when the others are empty. */
+  static sum(list) {
+    const nonEmpty = list.filter((c) => c.scripts.size > 0);
+    if (nonEmpty.length === 1) return nonEmpty[0];
+    const sum = new Counts();
+    for (const counts of nonEmpty) {
+      for (const [url, functions] of counts.scripts) {
+        for (const fn of functions.values()) sum.addFunction(url, fn.functionName, fn.ranges, false);
+      }
+    }
+    return sum;
+  }
+}
+
+/** V8's precise coverage of the calling thread's isolate, through an in-process inspector session. */
+class Collector {
+  constructor(inspector) {
+    this.session = new inspector.Session();
+    this.session.connect();
   }
 
   /**
@@ -423,43 +480,254 @@ class Collector {
     this.session.disconnect();
   }
 
-  /** Adds the counts since the last take to the totals. */
+  /** The counts since the last take: V8 zeroes them at every take. */
   take() {
-    const { result } = this.post('Profiler.takePreciseCoverage');
-    for (const script of result) {
-      let keep = this.kept.get(script.url);
+    return this.post('Profiler.takePreciseCoverage').result;
+  }
+}
+
+// ---------------------------------------------------------- worker threads
+// V8 counts per isolate: every worker thread has its own counts, which only
+// code in that thread can take. The hook is preloaded into workers too
+// (NODE_OPTIONS reaches them), and there it only takes its thread's counts
+// and sends them to the main thread, which keeps every total and serves the
+// one report of the process. Two BroadcastChannels, named after the
+// instance: workers send on `counts` (hello, their counts, their last
+// counts at exit) and listen on `take`, where the main thread asks for
+// their counts before each report. Only the main thread listens on
+// `counts`: a channel nobody reads would keep every message. None of this
+// reaches the program's own ports, and nothing of it keeps a thread alive.
+
+/** How workers learn that the main thread's hook runs, and under which instance: environment data reaches every new worker, nested ones included. */
+const WORKER_DATA_KEY = 'livecov.hook';
+
+function channelNames(instance) {
+  return { counts: `livecov:${instance}:counts`, take: `livecov:${instance}:take` };
+}
+
+/** Posts one message on a BroadcastChannel opened for it: the message is queued for the receiver before postMessage returns. */
+function broadcast(name, message) {
+  const { BroadcastChannel } = require('node:worker_threads');
+  const channel = new BroadcastChannel(name);
+  try {
+    channel.postMessage(message);
+  } finally {
+    channel.close();
+  }
+}
+
+/**
+ * The main thread's totals: its own counts, those of each running worker,
+ * and the sum of the workers that ended. A report asks every running worker
+ * for its counts, waits for the answers (on the event loop, never blocking
+ * the program; at exit, where no turn is left, polling the channel), then
+ * takes the main thread's own.
+ */
+class Hub {
+  constructor(instance, collector, reportable) {
+    const { BroadcastChannel } = require('node:worker_threads');
+    this.collector = collector;
+    this.reportable = reportable;
+    /** url -> whether its coverage is kept (decided once per URL). */
+    this.kept = new Map();
+    this.keep = (url) => {
+      let keep = this.kept.get(url);
       if (keep === undefined) {
-        keep = this.reportable(script.url);
-        this.kept.set(script.url, keep);
+        keep = this.reportable(url);
+        this.kept.set(url, keep);
       }
-      if (!keep) continue;
-      let functions = this.scripts.get(script.url);
-      if (functions === undefined) {
-        functions = new Map();
-        this.scripts.set(script.url, functions);
-      }
-      for (const fn of script.functions) {
-        const root = fn.ranges[0];
-        const key = `${root.startOffset};${root.endOffset}`;
-        const total = functions.get(key);
-        if (total === undefined) {
-          functions.set(key, { functionName: fn.functionName, ranges: normalizedRanges(fn.ranges) });
-        } else if (fn.ranges.some((r) => r.count !== 0)) {
-          total.ranges = mergeRanges(total.ranges, fn.ranges);
-        }
-      }
+      return keep;
+    };
+    this.own = new Counts();
+    this.ended = new Counts();
+    /** threadId -> Counts of a running worker. */
+    this.live = new Map();
+    /** url -> source map payload, of scripts that workers loaded (the main thread's Node.js knows its own). */
+    this.workerMaps = new Map();
+    /** Reports waiting for workers' answers. */
+    this.pending = new Set();
+    this.lastRequest = 0;
+    this.names = channelNames(instance);
+    this.channel = new BroadcastChannel(this.names.counts);
+    this.channel.unref();
+    this.channel.onmessage = (event) => guarded('cannot read the counts of a worker thread', () => this.onMessage(event.data));
+  }
+
+  close() {
+    this.channel.close();
+  }
+
+  onMessage(message) {
+    const thread = message.thread;
+    if (message.kind === 'hello') {
+      if (!this.live.has(thread)) this.live.set(thread, new Counts());
+    } else if (message.kind === 'counts') {
+      // A worker is running from its hello to its end; nothing it sent can come later than its end.
+      const counts = this.live.get(thread) || this.ended;
+      counts.add(message.result, this.keep);
+      for (const [url, payload] of Object.entries(message.maps)) this.workerMaps.set(url, payload);
+      if (message.final) this.gone(thread);
+      else if (message.request !== null) this.answered(thread, message.request);
+    } else if (message.kind === 'gone') {
+      this.gone(thread);
     }
   }
 
-  /** Makes now the zero of later reports; the functions and ranges seen stay (with count 0). */
-  reset() {
-    this.post('Profiler.takePreciseCoverage');
-    for (const functions of this.scripts.values()) {
-      for (const fn of functions.values()) {
-        fn.ranges = fn.ranges.map((r) => ({ startOffset: r.startOffset, endOffset: r.endOffset, count: 0 }));
-      }
+  /** Messages already queued, read now: at a worker's end, before a request, and while waiting at exit. */
+  drain() {
+    const { receiveMessageOnPort } = require('node:worker_threads');
+    for (let m = receiveMessageOnPort(this.channel); m !== undefined; m = receiveMessageOnPort(this.channel)) {
+      guarded('cannot read the counts of a worker thread', () => this.onMessage(m.message));
     }
   }
+
+  /** A worker took its counts for requests up to `upTo`: each resetting report among them cuts the worker's totals there. */
+  answered(thread, upTo) {
+    for (const request of this.pending) {
+      if (request.id > upTo || !request.waiting.has(thread)) continue;
+      request.waiting.delete(thread);
+      if (request.reset) {
+        const counts = this.live.get(thread);
+        request.cuts.push(counts);
+        this.live.set(thread, counts.zeroed());
+      }
+      if (request.waiting.size === 0) request.resolve();
+    }
+  }
+
+  /** A worker ended (its last counts in, or terminated without them): its totals join the ended workers'. */
+  gone(thread) {
+    if (!this.live.has(thread)) return;
+    this.answered(thread, Infinity);
+    this.ended = Counts.sum([this.ended, this.live.get(thread)]);
+    this.live.delete(thread);
+  }
+
+  /** Asks every running worker for its counts. */
+  request(reset) {
+    this.drain();
+    const request = { id: ++this.lastRequest, reset, waiting: new Set(this.live.keys()), cuts: [], resolve: null };
+    request.done = new Promise((resolve) => {
+      request.resolve = resolve;
+    });
+    if (request.waiting.size === 0) {
+      request.resolve();
+    } else {
+      this.pending.add(request);
+      broadcast(this.names.take, { kind: 'take', request: request.id });
+    }
+    return request;
+  }
+
+  /**
+   * The totals of the report: the main thread's counts taken now, every
+   * worker's as it answered (as they are now for one that did not), the
+   * ended workers'. With `reset`, each source of counts starts again from
+   * zero where it was cut: nothing is counted twice, nothing lost.
+   */
+  cut(request) {
+    this.pending.delete(request);
+    if (request.waiting.size > 0) {
+      complain(
+        `worker thread${request.waiting.size > 1 ? 's' : ''} ${[...request.waiting].join(', ')} did not send ` +
+          'their counts in time (busy?): this report has them as of their last answer, a later one has the rest',
+      );
+    }
+    this.own.add(this.collector.take(), this.keep);
+    const parts = [this.own, this.ended, ...request.cuts];
+    for (const [thread, counts] of this.live) {
+      if (request.reset && request.cuts.includes(counts)) continue;
+      parts.push(counts);
+      if (request.reset) this.live.set(thread, counts.zeroed());
+    }
+    const sum = Counts.sum(parts);
+    if (request.reset) {
+      this.own = this.own.zeroed();
+      this.ended = this.ended.zeroed();
+    }
+    return sum;
+  }
+
+  /** The totals, once every running worker answered (LIMITS.workerAnswerMs at most). */
+  async totals(reset) {
+    const request = this.request(reset);
+    if (request.waiting.size > 0) {
+      let timer;
+      await Promise.race([request.done, new Promise((resolve) => (timer = setTimeout(resolve, LIMITS.workerAnswerMs).unref()))]);
+      clearTimeout(timer);
+    }
+    return this.cut(request);
+  }
+
+  /**
+   * The totals now, without the event loop (at exit, or in a signal
+   * listener before the process may end): workers run on their own
+   * threads and answer while this one polls the channel
+   * (LIMITS.workerAnswerAtExitMs at most).
+   */
+  totalsNow() {
+    const request = this.request(false);
+    const deadline = Date.now() + LIMITS.workerAnswerAtExitMs;
+    const sleep = new Int32Array(new SharedArrayBuffer(4));
+    while (request.waiting.size > 0 && Date.now() < deadline) {
+      this.drain();
+      if (request.waiting.size > 0) Atomics.wait(sleep, 0, 0, 1);
+    }
+    return this.cut(request);
+  }
+}
+
+/**
+ * The hook in a worker thread: V8's counts of this thread, taken when the
+ * main thread asks (every report, the periodic ones included) and at the
+ * thread's end (`exit` runs in the worker after its last code, an uncaught
+ * exception included), sent to the main thread. `worker.terminate()` gives
+ * the thread no `exit`: what it ran since its last take is not counted.
+ */
+function workerBoot(shared) {
+  const wt = require('node:worker_threads');
+  const names = channelNames(shared.instance);
+  const thread = wt.threadId;
+  if (shared.sourceMaps) process.setSourceMapsEnabled(true);
+  const collector = new Collector(require('node:inspector'));
+  collector.start();
+  const mapsSent = new Set();
+  const send = (request, final) => {
+    const result = collector.take().filter((s) => {
+      const file = urlToPath(s.url);
+      return file !== null && file !== __filename;
+    });
+    // A script only this thread loaded has its source map in this thread's Node.js only.
+    const maps = {};
+    for (const { url } of result) {
+      if (mapsSent.has(url)) continue;
+      mapsSent.add(url);
+      const found = shared.sourceMaps ? findSourceMap(url) : undefined;
+      if (found && found.payload) maps[url] = found.payload;
+    }
+    broadcast(names.counts, { kind: 'counts', thread, request, final, result, maps });
+  };
+  const take = new wt.BroadcastChannel(names.take);
+  take.unref();
+  take.onmessage = (event) => guarded(`cannot send the counts of worker thread ${thread}`, () => send(event.data.request, false));
+  broadcast(names.counts, { kind: 'hello', thread });
+  process.on('exit', () =>
+    guarded(`no last counts of worker thread ${thread}`, () => {
+      take.close();
+      send(null, true);
+    }),
+  );
+  watchWorkers((nested) => broadcast(names.counts, { kind: 'gone', thread: nested }));
+}
+
+/** Watches the workers this thread starts: one that is terminated sends no last counts, and no report must wait for it. */
+function watchWorkers(onGone) {
+  process.on('worker', (worker) =>
+    guarded('cannot watch a worker thread', () => {
+      const thread = worker.threadId;
+      worker.once('exit', () => guarded('cannot account for a worker thread that ended', () => onGone(thread)));
+    }),
+  );
 }
 
 // --------------------------------------------------------------- sources
@@ -663,9 +931,9 @@ function urlToPath(url) {
  * are read once and kept.
  */
 class Reporter {
-  constructor(collector, config, useSourceMaps) {
-    this.collector = collector;
+  constructor(config, useSourceMaps, workerMaps) {
     this.config = config;
+    this.workerMaps = workerMaps;
     this.useSourceMaps = useSourceMaps;
     /** url -> script info, or null when it cannot be reported. */
     this.scripts = new Map();
@@ -687,8 +955,8 @@ class Reporter {
   /** Node.js's source map of a script (found and parsed by Node.js), decoded; null without one. */
   sourceMap(url, file) {
     const found = findSourceMap(url) || findSourceMap(file);
-    if (!found || !found.payload) return null;
-    const payload = found.payload;
+    const payload = found && found.payload ? found.payload : this.workerMaps.get(url);
+    if (!payload) return null;
     if (typeof payload.mappings !== 'string' || !Array.isArray(payload.sources)) {
       complain(`the source map of ${file} is an index map (sections), which is not supported: reporting the generated file`);
       return null;
@@ -713,10 +981,10 @@ class Reporter {
 
   /**
    * Original file path -> { counts (per line), functions, branches }, of
-   * every file with coverage. (Generated files the configuration ignores
-   * were left out by the collector already.)
+   * every file with coverage in `counts`. (Generated files the
+   * configuration ignores were left out of the counts already.)
    */
-  files() {
+  files(counts) {
     const files = new Map();
     const fileRecord = (file) => {
       let record = files.get(file);
@@ -726,7 +994,7 @@ class Reporter {
       }
       return record;
     };
-    for (const [url, functions] of this.collector.scripts) {
+    for (const [url, functions] of counts.scripts) {
       const script = this.scriptInfo(url);
       if (script === null) continue;
       const sorted = [...functions.values()].sort((a, b) => compareRanges(a.ranges[0], b.ranges[0]));
@@ -945,11 +1213,11 @@ function writeAtomically(file, text) {
 // ------------------------------------------------------------- the agent
 
 class Hook {
-  constructor(config, collector, reporter) {
+  constructor(config, collector, reportable, useSourceMaps) {
     this.config = config;
-    this.collector = collector;
-    this.reporter = reporter;
     this.instance = `${RUNTIME}-${process.pid}-${randomHex()}`;
+    this.hub = new Hub(this.instance, collector, reportable);
+    this.reporter = new Reporter(config, useSourceMaps, this.hub.workerMaps);
     this.startTime = Math.floor(Date.now() / 1000);
     this.clock = process.hrtime.bigint();
     this.program = process.argv[1] ? path.resolve(process.argv[1]) : process.execPath;
@@ -964,12 +1232,18 @@ class Hook {
     return this.config.dir === null ? null : path.join(this.config.dir, 'reports', `${this.instance}.${extension}`);
   }
 
-  /** The LCOV of the counts since start or the last reset. */
-  lcov(testName, reset) {
-    this.collector.take();
-    const report = renderLcov(this.reporter.files(), this.config.pathMap, testName);
-    if (reset) this.collector.reset();
-    return report;
+  /** The LCOV of the counts since start or the last reset, the worker threads' with the main thread's. */
+  async lcov(testName, reset) {
+    return this.render(await this.hub.totals(reset), testName);
+  }
+
+  /** The same without the event loop, for the reports written when the process may end. */
+  lcovNow() {
+    return this.render(this.hub.totalsNow(), null);
+  }
+
+  render(counts, testName) {
+    return renderLcov(this.reporter.files(counts), this.config.pathMap, testName);
   }
 
   metadata(state) {
@@ -996,7 +1270,7 @@ class Hook {
 
   writeReport() {
     const file = this.reportPath('lcov');
-    if (file !== null) guarded(`cannot write ${file}`, () => writeAtomically(file, this.lcov(null, false)));
+    if (file !== null) guarded(`cannot write ${file}`, () => writeAtomically(file, this.lcovNow()));
   }
 
   /** The final report, once; then the metadata says the process ended and the socket goes. Synchronous: runs in 'exit'. */
@@ -1028,8 +1302,13 @@ class Hook {
       process.on(signal, listener);
     }
     if (this.config.flushMs !== null) {
+      // On the event loop: the program runs on while workers send their counts.
+      const file = this.reportPath('lcov');
       setInterval(() => {
-        if (!this.finished) this.writeReport();
+        this.lcov(null, false).then(
+          (lcov) => guarded(`cannot write ${file}`, () => this.finished || writeAtomically(file, lcov)),
+          (err) => complain(`no report for ${file}`, err),
+        );
       }, this.config.flushMs).unref();
     }
   }
@@ -1194,9 +1473,16 @@ class Hook {
         this.error(res, 400, parsed.error);
         return;
       }
-      const lcov = this.lcov(parsed.test, parsed.reset);
-      if (parsed.format === 'json') this.ok(res, 200, 'application/json', summaryJson(lcov));
-      else this.ok(res, 200, 'text/plain; charset=utf-8', lcov);
+      this.lcov(parsed.test, parsed.reset).then(
+        (lcov) => {
+          if (parsed.format === 'json') this.ok(res, 200, 'application/json', summaryJson(lcov));
+          else this.ok(res, 200, 'text/plain; charset=utf-8', lcov);
+        },
+        (err) => {
+          complain('a dump failed', err);
+          guarded('cannot answer a request', () => this.error(res, 500, `the dump failed in the livecov hook: ${err && err.message}`));
+        },
+      );
     } else {
       this.postReset(req, res);
     }
@@ -1225,14 +1511,16 @@ class Hook {
     req.on('end', () => {
       if (done) return;
       done = true;
-      try {
-        this.collector.reset();
-        res.writeHead(204, this.headers(null, {}));
-        res.end();
-      } catch (err) {
-        complain('reset failed', err);
-        guarded('cannot answer POST /reset', () => this.error(res, 500, `reset failed: ${err.message}`));
-      }
+      this.hub.totals(true).then(
+        () => {
+          res.writeHead(204, this.headers(null, {}));
+          res.end();
+        },
+        (err) => {
+          complain('reset failed', err);
+          guarded('cannot answer POST /reset', () => this.error(res, 500, `reset failed: ${err.message}`));
+        },
+      );
     });
   }
 }
@@ -1293,28 +1581,42 @@ function parseQuery(query) {
 // ------------------------------------------------------------------ start
 
 function boot() {
-  // Worker threads share the process (its pid, signals and exit): they are left alone.
-  if (!require('node:worker_threads').isMainThread) return;
-  const config = readConfig(process.env);
-  if (config === null) return;
   const marker = Symbol.for('livecov.hook');
   if (globalThis[marker]) return;
   globalThis[marker] = true;
+  const wt = require('node:worker_threads');
+  if (!wt.isMainThread) {
+    // A worker thread sends its counts to the main thread's hook, when there is one (not with the worker's env alone).
+    const shared = wt.getEnvironmentData(WORKER_DATA_KEY);
+    if (shared !== undefined) workerBoot(shared);
+    return;
+  }
+  const config = readConfig(process.env);
+  if (config === null) return;
   const useSourceMaps = config.sourceMaps && typeof process.setSourceMapsEnabled === 'function';
   if (useSourceMaps) process.setSourceMapsEnabled(true);
   const reportable = (url) => {
     const file = urlToPath(url);
     return file !== null && file !== __filename && !config.ignore.test(file);
   };
-  const collector = new Collector(require('node:inspector'), reportable);
+  const collector = new Collector(require('node:inspector'));
   collector.start();
+  let hook;
   try {
-    new Hook(config, collector, new Reporter(collector, config, useSourceMaps)).start();
+    hook = new Hook(config, collector, reportable, useSourceMaps);
+    hook.start();
   } catch (err) {
     // Not started: V8 stops counting, the program runs as without the hook.
     guarded('cannot stop the coverage', () => collector.stop());
+    if (hook !== undefined) guarded('cannot close the channel of worker threads', () => hook.hub.close());
     throw err;
   }
+  // From now on every worker thread the program starts sends its counts to this thread.
+  wt.setEnvironmentData(WORKER_DATA_KEY, { instance: hook.instance, sourceMaps: useSourceMaps });
+  watchWorkers((thread) => {
+    hook.hub.drain();
+    hook.hub.gone(thread);
+  });
 }
 
 try {
