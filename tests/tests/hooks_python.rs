@@ -18,11 +18,42 @@ use std::time::Duration;
 
 use livecov_tests::http::{exchange, parse_response, unix_request, Response};
 use livecov_tests::lcov::{file_ending, lines_hit, parse_lcov};
-use livecov_tests::python;
+use livecov_tests::python::{self, Python};
 use livecov_tests::service::{find_instance, scratch};
 use livecov_tests::{livecov_bin, run_checked, wait_for};
 
 const GROUP: &str = "py";
+
+/// The tests that depend on the interpreter, once per Python the hook is
+/// tested on: `system::NAME`, `python3_12::NAME`, `python3_13::NAME`.
+macro_rules! on_every_python {
+    ($($test:ident),* $(,)?) => {
+        on_every_python!(@one system, System, $($test),*);
+        on_every_python!(@one python3_12, V3_12, $($test),*);
+        on_every_python!(@one python3_13, V3_13, $($test),*);
+    };
+    (@one $module:ident, $python:ident, $($test:ident),*) => {
+        mod $module {
+            $(#[test] fn $test() { super::$test(super::Python::$python) })*
+        }
+    };
+}
+
+on_every_python!(
+    the_hook_is_off_without_livecov_dir_and_on_with_it,
+    a_function_is_uncovered_before_its_call_and_covered_after,
+    reset_and_test_names_give_per_test_reports,
+    a_forked_child_is_an_instance_of_its_own_counting_from_zero,
+    multiprocessing_children_forked_leave_their_final_reports_at_os_exit,
+    os_exit_of_the_program_leaves_the_final_report_and_its_status,
+    sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status,
+    a_program_with_its_own_sigterm_handler_keeps_it,
+    a_signal_the_program_blocks_and_waits_for_reaches_its_sigwait,
+    periodic_reports_survive_sigkill,
+    socket_mode_path_map_and_ignore_settings,
+    gunicorn_workers_merged_equal_coverage_run_of_the_same_requests,
+    sigterm_to_the_gunicorn_master_leaves_the_final_reports_of_every_worker,
+);
 
 fn poll<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
     wait_for(what, Duration::from_millis(20), f)
@@ -79,6 +110,43 @@ fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
     poll(what, || child.try_wait().expect("wait for the process"))
 }
 
+/// The blocked-signal mask (SigBlk) of every thread of `pid` but its main
+/// thread, by thread id.
+fn other_threads_blocked(pid: u32) -> BTreeMap<u32, u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc/PID/task");
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid: u32 = task.file_name().to_str()?.parse().ok()?;
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?; // a thread that just ended
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigBlk:"))?.trim();
+            (tid != pid).then(|| (tid, u64::from_str_radix(mask, 16).expect("SigBlk in hex")))
+        })
+        .collect()
+}
+
+/// Every thread of `pid` but its main thread (they are the hook's in the
+/// fixtures that call this) blocks every asynchronous signal, and none of
+/// the synchronous ones (a fault must reach the thread that made it).
+fn assert_hook_threads_block_signals(pid: u32, at_least: usize) {
+    let threads = other_threads_blocked(pid);
+    assert!(threads.len() >= at_least, "process {pid}: threads {threads:?}, wanted at least {at_least}");
+    let bit = |signal: i32| 1u64 << (signal - 1);
+    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+    // SIGKILL and SIGSTOP cannot be blocked; glibc keeps the two signals
+    // below SIGRTMIN for itself.
+    let asynchronous: Vec<i32> = (1..32)
+        .filter(|s| !synchronous.contains(s) && *s != libc::SIGKILL && *s != libc::SIGSTOP)
+        .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+        .collect();
+    for (tid, mask) in threads {
+        let unblocked: Vec<i32> = asynchronous.iter().copied().filter(|&s| mask & bit(s) == 0).collect();
+        assert!(unblocked.is_empty(), "thread {tid} of {pid} (SigBlk {mask:016x}) leaves signals {unblocked:?} unblocked");
+        let blocked: Vec<i32> = synchronous.iter().copied().filter(|&s| mask & bit(s) != 0).collect();
+        assert!(blocked.is_empty(), "thread {tid} of {pid} (SigBlk {mask:016x}) blocks the synchronous {blocked:?}");
+    }
+}
+
 // ---------------------------------------------------------------- a script
 
 /// A fixture script under the hook, in `target/tmp/py/<name>-<pid>`:
@@ -92,10 +160,10 @@ struct Script {
 }
 
 impl Script {
-    fn start(name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
-        let dir = scratch(GROUP, name);
+    fn start(py: Python, name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
+        let dir = scratch(GROUP, &format!("{name}-{}", py.label()));
         let cov = dir.join("cov");
-        let mut cmd = python::command("python");
+        let mut cmd = py.command("python");
         cmd.args(args).env("LIVECOV_DIR", &cov);
         for (k, v) in env {
             cmd.env(k, v);
@@ -117,10 +185,10 @@ impl Script {
     }
 
     /// `plain.py` with `args`, once it said `ready`.
-    fn plain(name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
+    fn plain(py: Python, name: &str, args: &[&str], env: &[(&str, &str)]) -> Script {
         let mut all = vec!["plain.py"];
         all.extend_from_slice(args);
-        let mut script = Script::start(name, &all, env);
+        let mut script = Script::start(py, name, &all, env);
         let line = script.line();
         assert!(line.starts_with("ready "), "plain.py said {line:?}; stderr: {}", script.stderr());
         script
@@ -206,9 +274,8 @@ impl Drop for Script {
 
 // ---------------------------------------------------------------- plain scripts
 
-#[test]
-fn the_hook_is_off_without_livecov_dir_and_on_with_it() {
-    let site = std::fs::read_dir(python::venv().join("lib"))
+fn the_hook_is_off_without_livecov_dir_and_on_with_it(py: Python) {
+    let site = std::fs::read_dir(py.venv().join("lib"))
         .expect("the venv's lib folder")
         .flatten()
         .map(|e| e.path().join("site-packages/livecov_hook.pth"))
@@ -216,13 +283,13 @@ fn the_hook_is_off_without_livecov_dir_and_on_with_it() {
     assert!(site.is_some(), "pip did not install livecov_hook.pth into the venv's site-packages");
 
     let probe = "import sys; print(sorted(m for m in ('coverage', 'livecov_hook') if m in sys.modules))";
-    let off = run_checked(python::command("python").args(["-c", probe]), "python without LIVECOV_DIR");
+    let off = run_checked(py.command("python").args(["-c", probe]), "python without LIVECOV_DIR");
     assert_eq!(String::from_utf8_lossy(&off.stdout).trim(), "[]", "the hook imported something while off");
     assert!(off.stderr.is_empty(), "{}", String::from_utf8_lossy(&off.stderr));
 
-    let dir = scratch(GROUP, "on");
+    let dir = scratch(GROUP, &format!("on-{}", py.label()));
     let cov = dir.join("cov");
-    let on = run_checked(python::command("python").args(["-c", probe]).env("LIVECOV_DIR", &cov), "python with LIVECOV_DIR");
+    let on = run_checked(py.command("python").args(["-c", probe]).env("LIVECOV_DIR", &cov), "python with LIVECOV_DIR");
     assert_eq!(String::from_utf8_lossy(&on.stdout).trim(), "['coverage', 'livecov_hook']");
     let metadata: Vec<_> = std::fs::read_dir(cov.join("reports"))
         .expect("reports/")
@@ -233,6 +300,9 @@ fn the_hook_is_off_without_livecov_dir_and_on_with_it() {
     assert_eq!(metadata.len(), 1, "one instance, one metadata file: {metadata:?}");
     let meta = read_json(&metadata[0]);
     assert_eq!(meta["runtime"], "python");
+    if let Some(version) = py.version() {
+        assert!(meta["python"].as_str().is_some_and(|v| v.starts_with(&format!("{version}."))), "{meta}");
+    }
     assert_eq!(meta["state"], "exited");
     let instance = meta["instance"].as_str().expect("instance");
     assert!(instance.starts_with(&format!("python-{}-", meta["pid"])), "{instance}");
@@ -240,10 +310,9 @@ fn the_hook_is_off_without_livecov_dir_and_on_with_it() {
     assert!(std::fs::read_dir(cov.join("sockets")).expect("sockets/").next().is_none(), "socket left behind");
 }
 
-#[test]
-fn a_function_is_uncovered_before_its_call_and_covered_after() {
+fn a_function_is_uncovered_before_its_call_and_covered_after(py: Python) {
     let later = body_lines("plain.py", "later");
-    let mut script = Script::plain("lines", &[], &[]);
+    let mut script = Script::plain(py, "lines", &[], &[]);
     let instance = script.instance();
     let before = script.coverage("");
     assert!(counts(&before, "/plain.py", &later).iter().all(|&c| c == 0), "later ran already:\n{before}");
@@ -267,10 +336,9 @@ fn a_function_is_uncovered_before_its_call_and_covered_after() {
     assert!(script.stderr().is_empty(), "the hook said something: {}", script.stderr());
 }
 
-#[test]
-fn reset_and_test_names_give_per_test_reports() {
+fn reset_and_test_names_give_per_test_reports(py: Python) {
     let later = body_lines("plain.py", "later");
-    let mut script = Script::plain("reset", &[], &[]);
+    let mut script = Script::plain(py, "reset", &[], &[]);
     script.call_later();
 
     let first = script.coverage("?test=first&reset=1");
@@ -312,7 +380,7 @@ fn reset_and_test_names_give_per_test_reports() {
 
 #[test]
 fn health_errors_and_limits() {
-    let script = Script::plain("health", &[], &[]);
+    let script = Script::plain(Python::System, "health", &[], &[]);
     let instance = script.instance();
     let socket = script.socket();
     let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;
@@ -399,7 +467,7 @@ fn tcp_needs_the_bearer_token_and_the_socket_does_not() {
     let token_file = dir.join("token");
     std::fs::write(&token_file, "s3cret\n").expect("token file");
     let token_env = token_file.display().to_string();
-    let script = Script::plain("tcp", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN_FILE", &token_env)]);
+    let script = Script::plain(Python::System, "tcp", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN_FILE", &token_env)]);
     let instance = script.instance();
     let address = script.get("/health").json()["tcp"].as_str().expect("the TCP address in /health").to_owned();
     assert!(address.starts_with("127.0.0.1:") && !address.ends_with(":0"), "{address}");
@@ -421,12 +489,11 @@ fn tcp_needs_the_bearer_token_and_the_socket_does_not() {
 
 // ---------------------------------------------------------------- fork and signals
 
-#[test]
-fn a_forked_child_is_an_instance_of_its_own_counting_from_zero() {
+fn a_forked_child_is_an_instance_of_its_own_counting_from_zero(py: Python) {
     let before = body_lines("forker.py", "before_fork");
     let child_lines = body_lines("forker.py", "in_child");
     let parent_lines = body_lines("forker.py", "in_parent");
-    let mut script = Script::start("fork", &["forker.py"], &[]);
+    let mut script = Script::start(py, "fork", &["forker.py"], &[]);
     let mut pids = BTreeMap::new();
     for _ in 0..2 {
         let line = script.line();
@@ -441,6 +508,9 @@ fn a_forked_child_is_an_instance_of_its_own_counting_from_zero() {
     let health = unix_request(&script.socket_of(child), "GET", "/health", &[]).json();
     assert_eq!(health["ppid"], parent);
     assert_eq!(health["pid"], child);
+    // The child's threads, started by the fork's hook, block the signals as the parent's do.
+    assert_hook_threads_block_signals(parent, 2);
+    assert_hook_threads_block_signals(child, 2);
 
     let in_child = script.coverage_of(child, "");
     assert!(counts(&in_child, "/forker.py", &child_lines).iter().all(|&c| c == 1), "{in_child}");
@@ -468,11 +538,124 @@ fn a_forked_child_is_an_instance_of_its_own_counting_from_zero() {
     }
 }
 
-#[test]
-fn sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status() {
+fn multiprocessing_children_forked_leave_their_final_reports_at_os_exit(py: Python) {
+    let square = body_lines("pool.py", "square");
+    let alone = body_lines("pool.py", "alone");
+    let mut script = Script::start(py, "pool", &["pool.py"], &[]);
+    let line = script.line();
+    let out: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("pool.py said {line:?} ({e}); stderr: {}", script.stderr()));
+    let parent = script.pid();
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    assert!(script.stderr().is_empty(), "{}", script.stderr());
+    // sys.exit(7) in the child becomes os._exit(7): the hook passes it on.
+    assert_eq!(out["exitcode"], 7, "{out}");
+    let pids = |key: &str| -> BTreeSet<u32> {
+        out[key].as_array().expect("pids").iter().map(|p| p.as_u64().expect("pid") as u32).collect()
+    };
+    let (workers, squared_in) = (pids("workers"), pids("squared_in"));
+    let process = out["process"].as_u64().expect("pid") as u32;
+    assert_eq!(workers.len(), 2, "{out}");
+    assert!(!squared_in.is_empty() && squared_in.is_subset(&workers), "{out}");
+
+    // One final report per process: the children's written at os._exit, the parent's at exit.
+    let mut by_pid = BTreeMap::new();
+    for entry in std::fs::read_dir(script.cov.join("reports")).expect("reports/").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            let meta = read_json(&path);
+            let pid = meta["pid"].as_u64().expect("pid") as u32;
+            assert_eq!(meta["state"], "exited", "{meta}");
+            let lcov = path.with_extension("lcov");
+            let report = std::fs::read_to_string(&lcov).unwrap_or_else(|e| panic!("{}: {e}", lcov.display()));
+            assert!(by_pid.insert(pid, (meta, report)).is_none(), "two instances of {pid}");
+        }
+    }
+    let expected: BTreeSet<u32> = workers.iter().copied().chain([parent, process]).collect();
+    assert_eq!(by_pid.keys().copied().collect::<BTreeSet<_>>(), expected);
+    for (pid, (meta, report)) in &by_pid {
+        let (squared, ran_alone) = (counts(report, "/pool.py", &square), counts(report, "/pool.py", &alone));
+        if *pid == parent {
+            assert!(squared.iter().chain(&ran_alone).all(|&c| c == 0), "the parent ran no child's code:\n{report}");
+            continue;
+        }
+        assert_eq!(meta["ppid"], parent, "{meta}");
+        let want_square = u64::from(squared_in.contains(pid));
+        assert!(squared.iter().all(|&c| c == want_square), "worker {pid} (squared: {want_square}):\n{report}");
+        let want_alone = u64::from(*pid == process);
+        assert!(ran_alone.iter().all(|&c| c == want_alone), "child {pid}:\n{report}");
+    }
+    let sockets_left: Vec<_> = std::fs::read_dir(script.cov.join("sockets")).expect("sockets/").flatten().collect();
+    assert!(sockets_left.is_empty(), "{sockets_left:?}");
+}
+
+fn os_exit_of_the_program_leaves_the_final_report_and_its_status(py: Python) {
+    let later = body_lines("plain.py", "later");
+    let mut script = Script::plain(py, "os-exit", &[], &[]);
+    let instance = script.instance();
+    script.call_later();
+    script.send("os-exit");
+    let status = wait_exit(&mut script.child, "os._exit");
+    assert_eq!(status.code(), Some(5), "{status:?}; stderr: {}", script.stderr());
+    let (lcov, json) = reports(&script.cov, &instance);
+    let last = std::fs::read_to_string(&lcov).expect("the final report (os._exit)");
+    assert!(counts(&last, "/plain.py", &later).iter().all(|&c| c == 1), "{last}");
+    assert!(counts(&last, "/plain.py", &[line_of("plain.py", "os._exit(5)")]) == [1], "{last}");
+    assert_eq!(read_json(&json)["state"], "exited");
+    assert!(!script.socket_path_exists(&instance), "socket left behind");
+    assert!(script.stderr().is_empty(), "{}", script.stderr());
+}
+
+fn a_signal_the_program_blocks_and_waits_for_reaches_its_sigwait(py: Python) {
+    let work = body_lines("sigwait.py", "work");
+    // SIGUSR1 has no handler (its default ends the process); SIGTERM has the hook's.
+    for (signal, name) in [(libc::SIGUSR1, "SIGUSR1"), (libc::SIGTERM, "SIGTERM")] {
+        for hooked in [false, true] {
+            let dir = scratch(GROUP, &format!("sigwait-{name}-{hooked}-{}", py.label()));
+            let cov = dir.join("cov");
+            let mut cmd = py.command("python");
+            cmd.args(["sigwait.py", name]);
+            if hooked {
+                cmd.env("LIVECOV_DIR", &cov);
+            }
+            let mut script = Script::spawn(cmd, dir, cov);
+            let line = script.line();
+            assert_eq!(line, format!("waiting {}", script.pid()), "stderr: {}", script.stderr());
+            // Kept open, so that a connection thread is there too.
+            let mut connection = None;
+            let mut instance = None;
+            if hooked {
+                instance = Some(script.instance());
+                let mut stream = UnixStream::connect(script.socket()).expect("connect to the hook");
+                stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
+                let mut answer = [0u8; 12];
+                stream.read_exact(&mut answer).expect("the start of the answer");
+                assert_eq!(&answer, b"HTTP/1.1 200");
+                connection = Some(stream);
+                // The engine, accept and connection threads.
+                assert_hook_threads_block_signals(script.pid(), 3);
+            } else {
+                assert!(other_threads_blocked(script.pid()).is_empty(), "threads without the hook");
+            }
+            script.signal(signal);
+            assert_eq!(script.line(), format!("got {name}"), "hook: {hooked}; stderr: {}", script.stderr());
+            drop(connection);
+            let status = script.wait();
+            assert!(status.success(), "hook: {hooked}; {status:?}; stderr: {}", script.stderr());
+            if let Some(instance) = instance {
+                let (lcov, json) = reports(&script.cov, &instance);
+                let last = std::fs::read_to_string(&lcov).expect("the final report");
+                assert!(counts(&last, "/sigwait.py", &work).iter().all(|&c| c == 1), "{last}");
+                assert_eq!(read_json(&json)["state"], "exited");
+            }
+        }
+    }
+}
+
+fn sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status(py: Python) {
     let later = body_lines("plain.py", "later");
     for (signal, name) in [(libc::SIGTERM, "sigterm"), (libc::SIGINT, "sigint")] {
-        let mut script = Script::plain(name, &[], &[]);
+        let mut script = Script::plain(py, name, &[], &[]);
         let instance = script.instance();
         script.call_later();
         script.signal(signal);
@@ -486,10 +669,9 @@ fn sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_st
     }
 }
 
-#[test]
-fn a_program_with_its_own_sigterm_handler_keeps_it() {
+fn a_program_with_its_own_sigterm_handler_keeps_it(py: Python) {
     let later = body_lines("plain.py", "later");
-    let mut script = Script::plain("own-handler", &["--own-handler"], &[]);
+    let mut script = Script::plain(py, "own-handler", &["--own-handler"], &[]);
     let instance = script.instance();
     script.call_later();
     script.signal(libc::SIGTERM);
@@ -503,10 +685,9 @@ fn a_program_with_its_own_sigterm_handler_keeps_it() {
     assert_eq!(read_json(&json)["state"], "exited");
 }
 
-#[test]
-fn periodic_reports_survive_sigkill() {
+fn periodic_reports_survive_sigkill(py: Python) {
     let later = body_lines("plain.py", "later");
-    let mut script = Script::plain("flush", &[], &[("LIVECOV_FLUSH_SECS", "0.1")]);
+    let mut script = Script::plain(py, "flush", &[], &[("LIVECOV_FLUSH_SECS", "0.1")]);
     let instance = script.instance();
     script.call_later();
     let (lcov, json) = reports(&script.cov, &instance);
@@ -523,11 +704,10 @@ fn periodic_reports_survive_sigkill() {
     assert_eq!(read_json(&json)["state"], "running", "nobody could say it ended");
 }
 
-#[test]
-fn socket_mode_path_map_and_ignore_settings() {
+fn socket_mode_path_map_and_ignore_settings(py: Python) {
     let fixtures = python::fixture_dir().display().to_string();
     let map = format!("{fixtures}/=/src/");
-    let script = Script::plain("settings", &[], &[("LIVECOV_SOCKET_MODE", "0660"), ("LIVECOV_PATH_MAP", &map)]);
+    let script = Script::plain(py, "settings", &[], &[("LIVECOV_SOCKET_MODE", "0660"), ("LIVECOV_PATH_MAP", &map)]);
     let mode = std::fs::metadata(script.socket()).expect("socket").permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
     let mapped = script.coverage("");
@@ -536,7 +716,7 @@ fn socket_mode_path_map_and_ignore_settings() {
 
     // LIVECOV_IGNORE replaces the default: the stdlib is measured now, the
     // script left out; the hook and coverage.py are never in a report.
-    let ignoring = Script::plain("ignore", &[], &[("LIVECOV_IGNORE", r"/plain\.py$")]);
+    let ignoring = Script::plain(py, "ignore", &[], &[("LIVECOV_IGNORE", r"/plain\.py$")]);
     let report = ignoring.coverage("");
     let files: Vec<&str> = report.lines().filter_map(|l| l.strip_prefix("SF:")).collect();
     assert!(!files.iter().any(|f| f.ends_with("/plain.py")), "{files:?}");
@@ -546,7 +726,7 @@ fn socket_mode_path_map_and_ignore_settings() {
 
 #[test]
 fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_on() {
-    let mut script = Script::plain("bad-setting", &[], &[("LIVECOV_FLUSH_SECS", "soon")]);
+    let mut script = Script::plain(Python::System, "bad-setting", &[], &[("LIVECOV_FLUSH_SECS", "soon")]);
     script.call_later();
     script.send("exit");
     assert!(script.wait().success());
@@ -598,12 +778,12 @@ struct Gunicorn {
 }
 
 impl Gunicorn {
-    fn start(name: &str) -> Gunicorn {
-        let dir = scratch(GROUP, name);
+    fn start(py: Python, name: &str) -> Gunicorn {
+        let dir = scratch(GROUP, &format!("{name}-{}", py.label()));
         let cov = dir.join("cov");
         let app_socket = dir.join("app.sock");
         let log = File::create(dir.join("gunicorn.log")).expect("log file");
-        let child = python::command("gunicorn")
+        let child = py.command("gunicorn")
             // A group of its own: dropping the handle ends the workers too.
             .process_group(0)
             .args(["--workers", "4", "--worker-class", "sync", "--no-control-socket", "--graceful-timeout", "20"])
@@ -744,10 +924,10 @@ fn shape(lcov: &str, file: &Path) -> Shape {
 
 /// coverage.py's own report of the workload served by one process:
 /// `coverage run --branch serve_single.py`, then `coverage lcov`.
-fn coverage_run_oracle(dir: &Path) -> (String, Vec<u16>) {
+fn coverage_run_oracle(py: Python, dir: &Path) -> (String, Vec<u16>) {
     let data = dir.join("oracle.coverage");
     let socket = dir.join("single.sock");
-    let mut cmd = python::command("coverage");
+    let mut cmd = py.command("coverage");
     cmd.args(["run", "--branch"])
         .arg(format!("--data-file={}", data.display()))
         .arg(python::fixture_dir().join("serve_single.py"))
@@ -759,7 +939,7 @@ fn coverage_run_oracle(dir: &Path) -> (String, Vec<u16>) {
     assert!(server.wait().success(), "coverage run serve_single.py: {}", server.stderr());
     let lcov = dir.join("oracle.lcov");
     run_checked(
-        python::command("coverage")
+        py.command("coverage")
             .arg("lcov")
             .arg(format!("--data-file={}", data.display()))
             .arg("-o")
@@ -770,15 +950,14 @@ fn coverage_run_oracle(dir: &Path) -> (String, Vec<u16>) {
     (std::fs::read_to_string(&lcov).expect("oracle.lcov"), statuses)
 }
 
-#[test]
-fn gunicorn_workers_merged_equal_coverage_run_of_the_same_requests() {
-    let gunicorn = Gunicorn::start("gun-merge");
+fn gunicorn_workers_merged_equal_coverage_run_of_the_same_requests(py: Python) {
+    let gunicorn = Gunicorn::start(py, "gun-merge");
     let (master, workers) = gunicorn.instances();
     let statuses = send_workload(&gunicorn.app_socket);
     let mut sockets = workers.clone();
     sockets.push(master);
     let merged = dump_and_merge(&gunicorn.dir, &sockets);
-    let (oracle, oracle_statuses) = coverage_run_oracle(&gunicorn.dir);
+    let (oracle, oracle_statuses) = coverage_run_oracle(py, &gunicorn.dir);
     assert_eq!(statuses, oracle_statuses, "gunicorn and the single process answered differently");
 
     let fixtures = python::fixture_dir();
@@ -805,9 +984,8 @@ fn gunicorn_workers_merged_equal_coverage_run_of_the_same_requests() {
     assert_eq!(ours, theirs, "log: {}", gunicorn.log());
 }
 
-#[test]
-fn sigterm_to_the_gunicorn_master_leaves_the_final_reports_of_every_worker() {
-    let mut gunicorn = Gunicorn::start("gun-term");
+fn sigterm_to_the_gunicorn_master_leaves_the_final_reports_of_every_worker(py: Python) {
+    let mut gunicorn = Gunicorn::start(py, "gun-term");
     let (master, workers) = gunicorn.instances();
     send_workload(&gunicorn.app_socket);
     let mut sockets = workers.clone();

@@ -1,6 +1,8 @@
 """One instance: this process's hook, its threads, and its hooks into the process.
 
-Threads of its own, all daemons and never measured:
+Threads of its own, all daemons, never measured, and blocking every
+asynchronous signal for their whole life (_threads.py), so that the
+program's signals reach the program's threads as they would without the hook:
 - `livecov-engine` does every coverage.py call (dumps, resets, reports): one
   thread, one in-memory database connection, jobs taken in order from a queue
   (identical dumps waiting together share one snapshot); it also writes the
@@ -11,6 +13,9 @@ Threads of its own, all daemons and never measured:
 Hooks into the process, installed once:
 - atexit: the final report (state `exited`), written by the engine thread
   while the interpreter waits for it;
+- os._exit, which skips atexit (multiprocessing's forked children end with
+  it): replaced by a function that writes the same final report, then calls
+  the original with the program's status;
 - SIGTERM/SIGINT, only where the program left the default action (SIG_DFL):
   the handler puts the default back and wakes the engine thread, nothing
   else; that thread writes the final report and raises the signal again, so
@@ -28,6 +33,7 @@ Hooks into the process, installed once:
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import queue
@@ -35,8 +41,9 @@ import signal
 import sys
 import threading
 import time
+from typing import NoReturn
 
-from . import __version__
+from . import __version__, _threads
 from ._config import Config, ConfigError, from_env
 from ._engine import Engine, summary_json
 from ._server import REQUEST_TIMEOUT, ApiError, Query, Server
@@ -155,7 +162,7 @@ class Agent:
             raise OSError(f"cannot listen: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")) from None
         try:
             self._write_metadata("running", [])
-            self._thread.start()
+            _threads.start(self._thread)
             self.server.start()
         except BaseException:
             self.server.close()
@@ -347,7 +354,10 @@ def _install_hooks() -> None:
     _hooks_installed = True
     # After coverage.py's own atexit handler was registered (at its start),
     # so ours runs first, while it still measures.
-    atexit.register(_at_exit)
+    atexit.register(_final_report)
+    # Looked up as os._exit at every call (multiprocessing's popen_fork does),
+    # so replacing the attribute reaches every caller but C code.
+    os._exit = _exit_after_final_report
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                         after_in_child=_after_fork_in_child)
 
@@ -380,7 +390,9 @@ def _on_signal(signum: int, frame: object) -> None:
     agent.jobs.put(("signal", signum))
 
 
-def _at_exit() -> None:
+def _final_report() -> None:
+    """At the process's end: the final report, written by the engine thread
+    (whose coverage.py connection it is) while this thread waits."""
     agent = _current
     if agent is None or agent.finished:
         return
@@ -394,6 +406,15 @@ def _at_exit() -> None:
             agent._finish()
     except Exception as e:
         complain(f"no final report: {e}")
+
+
+_os_exit = os._exit
+
+
+@functools.wraps(_os_exit)
+def _exit_after_final_report(status: int, /) -> NoReturn:
+    _final_report()
+    _os_exit(status)
 
 
 def _before_fork() -> None:

@@ -4,7 +4,8 @@ It runs inside someone else's process, with the standard library only, and
 keeps to itself:
 
 - one accept thread (a selector over the listeners and a wake-up pipe, so
-  closing is immediate) and one daemon thread per connection, at most
+  closing is immediate) and one daemon thread per connection, each
+  blocking the program's asynchronous signals (_threads.py), at most
   MAX_CONNECTIONS of them: a connection over the limit is answered 503 in one
   non-blocking write and closed;
 - bounded requests: a head of at most MAX_HEAD_BYTES and MAX_HEADERS headers
@@ -40,6 +41,8 @@ import threading
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
+
+from . import _threads
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 64
@@ -277,7 +280,7 @@ class Server:
         self._thread = threading.Thread(target=self._serve, name="livecov-accept", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        _threads.start(self._thread)
 
     def close(self) -> None:
         """Stops accepting (the accept thread closes the listeners) and removes
@@ -366,7 +369,10 @@ class Server:
             conn.close()
             return
         try:
-            threading.Thread(target=self._connection, args=(conn, tcp), name="livecov-conn", daemon=True).start()
+            # Started from the accept thread, which blocks the signals already;
+            # through _threads all the same, so that no thread of the hook
+            # depends on who started it.
+            _threads.start(threading.Thread(target=self._connection, args=(conn, tcp), name="livecov-conn", daemon=True))
         except RuntimeError:  # no thread to be had (interpreter shutting down)
             self._forget(conn)
 
