@@ -654,3 +654,202 @@ fn node_modules_are_left_out_unless_livecov_ignore_says_otherwise_and_paths_are_
         "/src/node_modules/pad/index.js".to_owned()
     ]);
 }
+
+// ---------------------------------------------------------------- worker threads
+
+fn workers_app() -> PathBuf {
+    fixture_dir().join("workers/server.js")
+}
+
+/// `GET /square?n=N` on the workers fixture: its answer, and the pool's thread that computed it.
+fn square(port: u16, n: u32) -> u32 {
+    let text = body(&get(port, &format!("/square?n={n}")));
+    let parity = if n % 2 == 0 { "even" } else { "odd" };
+    let thread = text
+        .strip_prefix(&format!("{} {parity} (thread ", n * n))
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .unwrap_or_else(|| panic!("/square?n={n} answered {text:?}"));
+    thread.parse().unwrap_or_else(|e| panic!("thread id {thread:?}: {e}"))
+}
+
+/// `GET /once?n=N`: a worker that doubles n and ends before the answer.
+fn once(port: u16, n: u32) {
+    assert_eq!(body(&get(port, &format!("/once?n={n}"))), format!("{} (exit 0)\n", 2 * n));
+}
+
+/// The counts of the workers' modules in a report that must have them: pool-task.js and once.js.
+struct WorkerCounts(BTreeMap<String, livecov_tests::lcov::FileCoverage>);
+
+fn worker_counts(lcov: &str) -> WorkerCounts {
+    WorkerCounts(parse_lcov(lcov))
+}
+
+impl WorkerCounts {
+    fn pool(&self) -> &livecov_tests::lcov::FileCoverage {
+        file_ending(&self.0, "workers/pool-task.js")
+    }
+
+    fn once(&self) -> &livecov_tests::lcov::FileCoverage {
+        file_ending(&self.0, "workers/once.js")
+    }
+
+    /// Checks the counts that `squares` (the n of each /square since the
+    /// last reset) and `onces` (/once requests since then) give: functions,
+    /// the loop's body (run n times per request), both arms of the parity,
+    /// and the modules' top levels (run once per thread that loaded them
+    /// since then: `pool_loads` for the pool's two workers).
+    fn assert_traffic(&self, squares: &[u32], onces: u64, pool_loads: u64, what: &str) {
+        let task = source(&fixture_dir().join("workers/pool-task.js"));
+        let once = source(&fixture_dir().join("workers/once.js"));
+        let jobs = squares.len() as u64;
+        let even = squares.iter().filter(|n| *n % 2 == 0).count() as u64;
+        let p = self.pool();
+        assert_eq!(p.functions["square"], jobs, "{what}: square() in pool-task.js");
+        assert_eq!(p.functions["parity"], jobs, "{what}: parity() in pool-task.js");
+        assert_eq!(p.lines[&line_of(&task, "sum += n;")], squares.iter().map(|n| u64::from(*n)).sum::<u64>(), "{what}: loop body");
+        assert_eq!(p.lines[&line_of(&task, "return 'even';")], even, "{what}: even arm");
+        assert_eq!(p.lines[&line_of(&task, "return 'odd';")], jobs - even, "{what}: odd arm");
+        assert_eq!(p.lines[&line_of(&task, "parentPort.postMessage({ id")], jobs, "{what}: the message handler");
+        assert_eq!(p.lines[&line_of(&task, "const { parentPort, threadId }")], pool_loads, "{what}: pool-task.js top level");
+        let o = self.once();
+        assert_eq!(o.functions["double"], onces, "{what}: double() in once.js");
+        assert_eq!(o.functions["unused"], 0, "{what}: unused() in once.js");
+        assert_eq!(o.lines[&line_of(&once, "return 2 * n;")], onces, "{what}: double()'s body");
+        assert_eq!(o.lines[&line_of(&once, "return 'never called';")], 0, "{what}: unused()'s body");
+        assert_eq!(o.lines[&line_of(&once, "module.exports")], onces, "{what}: once.js top level (once per worker)");
+    }
+}
+
+#[test]
+fn worker_threads_counts_are_summed_into_the_process_s_live_report() {
+    let app = start("workers-live", &workers_app(), &[], &[]);
+    let socket = socket(&app);
+    let before = worker_counts(&dump(&socket, ""));
+    assert_eq!(before.pool().functions["square"], 0, "pool-task.js is in the report before any job: the pool's workers loaded it");
+
+    let squares = [2, 3, 4, 7, 6];
+    let threads: BTreeSet<u32> = squares.iter().map(|n| square(app.port, *n)).collect();
+    assert_eq!(threads.len(), 2, "both pool workers computed: {threads:?}");
+    once(app.port, 5);
+    once(app.port, 6);
+    let live = dump(&socket, "");
+    worker_counts(&live).assert_traffic(&squares, 2, 2, "live, 2 pool workers running and 2 workers that ended");
+    // The main thread's own code is in the same report.
+    let files = parse_lcov(&live);
+    let s = file_ending(&files, "workers/server.js");
+    assert_eq!((s.functions["square"], s.functions["once"]), (5, 2), "server.js: {:?}", s.functions);
+
+    // Successive dumps add up the workers' successive takes.
+    let more = [9, 1];
+    for n in more {
+        square(app.port, n);
+        dump(&socket, "");
+    }
+    once(app.port, 1);
+    let all: Vec<u32> = squares.iter().chain(&more).copied().collect();
+    worker_counts(&dump(&socket, "?format=lcov")).assert_traffic(&all, 3, 2, "after more dumps");
+}
+
+#[test]
+fn resets_cut_the_worker_threads_counts_too() {
+    let app = start("workers-reset", &workers_app(), &[], &[]);
+    let socket = socket(&app);
+    square(app.port, 2);
+    square(app.port, 3);
+    once(app.port, 1);
+
+    // ?reset=1: the report has everything so far, the next one nothing of it.
+    worker_counts(&dump(&socket, "?reset=1")).assert_traffic(&[2, 3], 1, 2, "the resetting dump");
+    worker_counts(&dump(&socket, "")).assert_traffic(&[], 0, 0, "right after ?reset=1");
+    square(app.port, 4);
+    once(app.port, 2);
+    worker_counts(&dump(&socket, "")).assert_traffic(&[4], 1, 0, "one job and one worker after ?reset=1");
+
+    // POST /reset, while the pool runs and after a worker ended.
+    let r = unix_request(&socket, "POST", "/reset", &["content-length: 0"]);
+    assert_eq!(r.status, 204);
+    worker_counts(&dump(&socket, "")).assert_traffic(&[], 0, 0, "right after POST /reset");
+    square(app.port, 5);
+    square(app.port, 6);
+
+    // ?test=NAME names the workers' records as the others.
+    let named = dump(&socket, "?test=pool&reset=true");
+    let records = named.lines().filter(|l| l.starts_with("SF:")).count();
+    assert_eq!(named.lines().filter(|l| *l == "TN:pool").count(), records, "{named}");
+    assert!(named.contains("TN:pool\nSF:") && named.contains("workers/pool-task.js"), "{named}");
+    worker_counts(&named).assert_traffic(&[5, 6], 0, 0, "?test=pool&reset=true");
+    worker_counts(&dump(&socket, "")).assert_traffic(&[], 0, 0, "after ?test=pool&reset=true");
+}
+
+#[test]
+fn the_final_report_has_the_counts_of_workers_still_running_at_exit_and_on_sigterm() {
+    // The program ends by itself while its pool's workers run (unref'ed).
+    let mut app = start("workers-exit", &workers_app(), &[], &[]);
+    let socket = socket(&app);
+    let instance = node_instance(&app.cov, app.child.id());
+    square(app.port, 2);
+    dump(&socket, "");
+    // Counted since the last dump: the final report takes them at exit.
+    square(app.port, 3);
+    square(app.port, 8);
+    once(app.port, 4);
+    assert_eq!(body(&get(app.port, "/quit")), "bye\n");
+    let status = wait_exit(&mut app);
+    assert_eq!(status.code(), Some(0), "{status}");
+    let final_report = report(&app.cov, &instance, "lcov").expect("a final report");
+    worker_counts(&final_report).assert_traffic(&[2, 3, 8], 1, 2, "final report at exit");
+    assert_eq!(metadata(&app.cov, &instance)["state"], "exited");
+
+    // SIGTERM, the program without a handler of its own.
+    let mut app = start("workers-sigterm", &workers_app(), &[], &[]);
+    let instance = node_instance(&app.cov, app.child.id());
+    square(app.port, 5);
+    once(app.port, 3);
+    sigterm(app.child.id());
+    let status = wait_exit(&mut app);
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    let final_report = report(&app.cov, &instance, "lcov").expect("a final report");
+    worker_counts(&final_report).assert_traffic(&[5], 1, 2, "final report on SIGTERM");
+}
+
+#[test]
+fn the_workers_app_s_covered_lines_are_those_c8_reports() {
+    const WORKLOAD: &[&str] = &["/square?n=2", "/once?n=3", "/square?n=5", "/square?n=4", "/once?n=1", "/nope", "/quit"];
+    let hook = hook_run("c8-workers-hook", &workers_app(), WORKLOAD);
+    let c8 = c8_run("c8-workers", &workers_app(), WORKLOAD);
+    assert_same_lines_as_c8(&hook, &c8);
+}
+
+/// Each thread's blocked signals (SigBlk of /proc/PID/task/*/status), sorted.
+fn blocked_signals(pid: u32) -> Vec<String> {
+    let mut masks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the program's threads")
+        .flatten()
+        .map(|t| {
+            let status = source(&t.path().join("status"));
+            status.lines().find_map(|l| l.strip_prefix("SigBlk:")).expect("SigBlk").trim().to_owned()
+        })
+        .collect();
+    masks.sort();
+    masks
+}
+
+#[test]
+fn the_hook_starts_no_thread_and_the_threads_block_the_signals_they_block_without_it() {
+    let with_hook = start("workers-threads", &workers_app(), &[], &[]);
+    let socket = socket(&with_hook);
+    square(with_hook.port, 3);
+    once(with_hook.port, 3);
+    dump(&socket, "");
+
+    let dir = scratch("hooks_node", "workers-threads-off");
+    let mut cmd = livecov_tests::node::node(&workers_app(), &[]);
+    cmd.current_dir(&dir);
+    let without = Service::spawn(cmd, dir.join("cov"));
+    square(without.port, 3);
+    once(without.port, 3);
+
+    let (ours, theirs) = (blocked_signals(with_hook.child.id()), blocked_signals(without.child.id()));
+    assert_eq!(ours, theirs, "threads (their SigBlk) with the hook and without it");
+    assert!(ours.len() >= 3, "the main thread and the pool's two workers at least: {ours:?}");
+}
