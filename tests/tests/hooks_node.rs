@@ -853,3 +853,31 @@ fn the_hook_starts_no_thread_and_the_threads_block_the_signals_they_block_withou
     assert_eq!(ours, theirs, "threads (their SigBlk) with the hook and without it");
     assert!(ours.len() >= 3, "the main thread and the pool's two workers at least: {ours:?}");
 }
+
+#[test]
+fn a_worker_s_typescript_is_reported_on_its_ts_sources() {
+    // pricing.js is loaded in the worker only: its source map is the worker's Node.js's, not the main thread's.
+    let dir = scratch("hooks_node", "workers-ts");
+    let pricing = typescript_app().with_file_name("pricing.js");
+    let code = format!("require({:?}).quote('apple', 12);", pricing.display().to_string());
+    let main = format!("new (require('node:worker_threads').Worker)({code:?}, {{ eval: true }});\n");
+    std::fs::write(dir.join("main.js"), main).unwrap();
+    let cov = dir.join("cov");
+    let mut cmd = node_with_hook(&dir.join("main.js"), &[], &cov);
+    run_checked(cmd.current_dir(&dir), "node main.js");
+    let reports: Vec<PathBuf> = std::fs::read_dir(cov.join("reports"))
+        .expect("reports")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let files = parse_lcov(&source(&reports[0]));
+    let ts = fixture_dir().join("ts/src/pricing.ts");
+    let p = files.get(&ts.display().to_string()).unwrap_or_else(|| panic!("{} in {:?}", ts.display(), files.keys()));
+    let text = source(&ts);
+    assert_eq!(p.functions["quote"], 1);
+    assert_eq!(p.lines[&line_of(&text, "return { known: true")], 1, "the known item's line");
+    assert_eq!(p.lines[&line_of(&text, "return { known: false")], 0, "the unknown item's line");
+    assert!(!files.keys().any(|f| f.ends_with("pricing.js")), "no generated file: {:?}", files.keys());
+}
