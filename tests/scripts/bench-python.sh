@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks the Python hook (hooks/python) and prints markdown tables:
+# Benchmarks the Python hook (hooks/python) on every Python it is tested on
+# (the venvs of tests/scripts/deps-python.sh: the system's python3, 3.12 and
+# 3.13), in one run, and prints markdown tables with the versions side by
+# side:
 #
 # 1. Start: `python -c pass` without the hook's variables and with
 #    LIVECOV_DIR set (coverage.py imported and started, the socket bound),
@@ -11,8 +14,10 @@
 #    measuring costs by itself), with the hook, and with the hook while a
 #    loop fetches /coverage from the worker's socket every 100 ms (the
 #    worker's CPU time then includes the dumps'); BENCH_PYTHON_ROUNDS
-#    (default 3) rounds, the median of each. Also the worker's CPU time per
-#    request (/proc/PID/stat), steadier than requests/s on a busy machine.
+#    (default 3) rounds, each round every version and configuration in
+#    turn (so a busy spell of the machine hits them alike), the median of
+#    each. Also the worker's CPU time per request (/proc/PID/stat), steadier
+#    than requests/s on a busy machine.
 # 3. Dumps and the pause they cause: the app in one process under the hook,
 #    one thread serving requests through Flask's test client as fast as it
 #    can, while the main thread takes 20 dumps over the socket. The first dump
@@ -22,7 +27,7 @@
 #    hold the program up. Once with the default scope (the app's files), once
 #    with LIVECOV_IGNORE='^$' (the stdlib, Flask, Werkzeug, Jinja... too).
 #
-# Uses the venv of tests/scripts/deps-python.sh (made if needed). Every loop
+# Uses the venvs of tests/scripts/deps-python.sh (made if needed). Every loop
 # is bounded in count and time; only loopback addresses. Not part of CI.
 set -euo pipefail
 
@@ -39,7 +44,11 @@ if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
 fi
 tests/scripts/deps-python.sh
-venv="$root/target/python-venv"
+venvs=("$root/target/python-venv" "$root/target/python-venv-3.12" "$root/target/python-venv-3.13")
+versions=()
+for venv in "${venvs[@]}"; do
+    versions+=("$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')")
+done
 for name in $(compgen -e); do
     case "$name" in LIVECOV_*) unset "$name" ;; esac
 done
@@ -58,7 +67,9 @@ trap cleanup EXIT
 median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # -- 1. start -------------------------------------------------------------------
-start_ms() { # start_ms [ENV...]: median wall time of `python -c pass`, in ms
+start_ms() { # start_ms VENV [ENV...]: median wall time of `python -c pass`, in ms
+    local venv=$1
+    shift
     /usr/bin/env "$@" "$venv/bin/python" -c pass # warm the page cache
     for _ in $(seq 10); do
         s=$(date +%s%N)
@@ -67,8 +78,11 @@ start_ms() { # start_ms [ENV...]: median wall time of `python -c pass`, in ms
         echo $(( (e - s) / 1000000 ))
     done | median
 }
-start_off=$(start_ms)
-start_on=$(start_ms LIVECOV_DIR="$work/start-cov")
+declare -A result # result[KEY-VERSION]: every number the tables print
+for i in "${!venvs[@]}"; do
+    result[start_off-$i]=$(start_ms "${venvs[$i]}")
+    result[start_on-$i]=$(start_ms "${venvs[$i]}" LIVECOV_DIR="$work/start-cov-$i")
+done
 
 # -- 2. requests/s under gunicorn ---------------------------------------------------
 start_gunicorn() { # start_gunicorn NAME COMMAND...: COMMAND + gunicorn's options, in the background, logging to NAME.log
@@ -116,53 +130,58 @@ wrk_run() { # wrk_run PORT WORKER SECS OUT: prints "requests/s CPU-microseconds-
         END { printf "%s %.0f\n", rps, cpu / hz * 1e6 / n }' "$4"
 }
 
-start_gunicorn off "$venv/bin/gunicorn"
-start_gunicorn on env LIVECOV_DIR="$work/gunicorn-cov" "$venv/bin/gunicorn"
-# coverage.py alone, for comparison: the worker inherits the master's tracer at the fork.
-start_gunicorn coverage "$venv/bin/coverage" run --branch --data-file="$work/coverage-run.data" -m gunicorn
-master_off=${pids[0]}
-master_on=${pids[1]}
-master_coverage=${pids[2]}
-port_off=$(port_of off)
-port_on=$(port_of on)
-port_coverage=$(port_of coverage)
-worker_off=$(worker_of "$master_off")
-worker_on=$(worker_of "$master_on")
-worker_coverage=$(worker_of "$master_coverage")
-worker_socket=""
-for _ in $(seq 200); do
-    for s in "$work"/gunicorn-cov/sockets/*.sock; do
-        [ -S "$s" ] || continue
-        ppid=$(curl -s --unix-socket "$s" localhost/health | sed -n 's/.*"ppid": \([0-9]*\).*/\1/p')
-        [ "$ppid" = "$master_on" ] && worker_socket=$s
+declare -A port worker socket_of
+for i in "${!venvs[@]}"; do
+    venv=${venvs[$i]}
+    start_gunicorn "off-$i" "$venv/bin/gunicorn"
+    master_off=${pids[-1]}
+    start_gunicorn "on-$i" env LIVECOV_DIR="$work/gunicorn-cov-$i" "$venv/bin/gunicorn"
+    master_on=${pids[-1]}
+    # coverage.py alone, for comparison: the worker inherits the master's tracer at the fork.
+    start_gunicorn "coverage-$i" "$venv/bin/coverage" run --branch --data-file="$work/coverage-run-$i.data" -m gunicorn
+    master_coverage=${pids[-1]}
+    for config in off on coverage; do
+        master=master_$config
+        port[$config-$i]=$(port_of "$config-$i")
+        worker[$config-$i]=$(worker_of "${!master}")
     done
-    [ -n "$worker_socket" ] && break
-    sleep 0.05
-done
-[ -n "$worker_socket" ] || { echo "bench-python: no worker socket in $work/gunicorn-cov" >&2; exit 1; }
-
-wrk_run "$port_off" "$worker_off" 2 "$work/warmup-off" >/dev/null
-wrk_run "$port_on" "$worker_on" 2 "$work/warmup-on" >/dev/null
-wrk_run "$port_coverage" "$worker_coverage" 2 "$work/warmup-coverage" >/dev/null
-for r in $(seq "$rounds"); do
-    wrk_run "$port_off" "$worker_off" "$load_secs" "$work/wrk-off-$r" >>"$work/off"
-    wrk_run "$port_coverage" "$worker_coverage" "$load_secs" "$work/wrk-coverage-$r" >>"$work/coverage"
-    wrk_run "$port_on" "$worker_on" "$load_secs" "$work/wrk-on-$r" >>"$work/on"
-    (
-        end=$((SECONDS + load_secs + 2))
-        while [ $SECONDS -lt $end ]; do
-            curl -s --max-time 5 --unix-socket "$worker_socket" localhost/coverage >/dev/null || true
-            sleep 0.1
+    for _ in $(seq 200); do
+        for s in "$work/gunicorn-cov-$i"/sockets/*.sock; do
+            [ -S "$s" ] || continue
+            ppid=$(curl -s --unix-socket "$s" localhost/health | sed -n 's/.*"ppid": \([0-9]*\).*/\1/p')
+            [ "$ppid" = "$master_on" ] && socket_of[$i]=$s
         done
-    ) &
-    dumper=$!
-    wrk_run "$port_on" "$worker_on" "$load_secs" "$work/wrk-dumps-$r" >>"$work/dumps"
-    kill "$dumper" 2>/dev/null || true
-    wait "$dumper" 2>/dev/null || true
+        [ -n "${socket_of[$i]:-}" ] && break
+        sleep 0.05
+    done
+    [ -n "${socket_of[$i]:-}" ] || { echo "bench-python: no worker socket in $work/gunicorn-cov-$i" >&2; exit 1; }
+    for config in off on coverage; do
+        wrk_run "${port[$config-$i]}" "${worker[$config-$i]}" 2 "$work/warmup-$config-$i" >/dev/null
+    done
 done
-for config in off coverage on dumps; do
-    declare "rps_$config=$(cut -d' ' -f1 "$work/$config" | median)"
-    declare "cpu_$config=$(cut -d' ' -f2 "$work/$config" | median)"
+for r in $(seq "$rounds"); do
+    for i in "${!venvs[@]}"; do
+        for config in off coverage on; do
+            wrk_run "${port[$config-$i]}" "${worker[$config-$i]}" "$load_secs" "$work/wrk-$config-$i-$r" >>"$work/$config-$i"
+        done
+        (
+            end=$((SECONDS + load_secs + 2))
+            while [ $SECONDS -lt $end ]; do
+                curl -s --max-time 5 --unix-socket "${socket_of[$i]}" localhost/coverage >/dev/null || true
+                sleep 0.1
+            done
+        ) &
+        dumper=$!
+        wrk_run "${port[on-$i]}" "${worker[on-$i]}" "$load_secs" "$work/wrk-dumps-$i-$r" >>"$work/dumps-$i"
+        kill "$dumper" 2>/dev/null || true
+        wait "$dumper" 2>/dev/null || true
+    done
+done
+for i in "${!venvs[@]}"; do
+    for config in off coverage on dumps; do
+        result[rps_$config-$i]=$(cut -d' ' -f1 "$work/$config-$i" | median)
+        result[cpu_$config-$i]=$(cut -d' ' -f2 "$work/$config-$i" | median)
+    done
 done
 
 # -- 3. dumps and pauses --------------------------------------------------------------
@@ -222,34 +241,65 @@ print(json.dumps({
     "median_request_ms": statistics.median(b - a for a, b in zip(stamps, stamps[1:])) * 1e3,
 }))
 EOF
-pause_default=$(LIVECOV_DIR="$work/pause-cov" "$venv/bin/python" "$work/pause.py" "$root/fixtures/python")
-pause_all=$(LIVECOV_DIR="$work/pause-all-cov" LIVECOV_IGNORE='^$' "$venv/bin/python" "$work/pause.py" "$root/fixtures/python")
+for i in "${!venvs[@]}"; do
+    result[pause_default-$i]=$(LIVECOV_DIR="$work/pause-cov-$i" "${venvs[$i]}/bin/python" "$work/pause.py" "$root/fixtures/python")
+    result[pause_all-$i]=$(LIVECOV_DIR="$work/pause-all-cov-$i" LIVECOV_IGNORE='^$' "${venvs[$i]}/bin/python" "$work/pause.py" "$root/fixtures/python")
+done
 
-field() { echo "$1" | "$venv/bin/python" -c "import json, sys; print(f'{json.load(sys.stdin)[\"$2\"]:.${3:-1}f}')"; }
+field() { echo "$1" | "${venvs[0]}/bin/python" -c "import json, sys; print(f'{json.load(sys.stdin)[\"$2\"]:.${3:-1}f}')"; }
+
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
+# header TITLE...: a table's header row with one column per version after TITLE's.
+header() {
+    local row="|" rule="|"
+    for title in "$@"; do row+=" $title |"; rule+="---|"; done
+    for v in "${versions[@]}"; do row+=" Python $v |"; rule+="---:|"; done
+    echo "$row"
+    echo "$rule"
+}
+# row LABEL KEY: LABEL, then result[KEY-i] of each version.
+row() {
+    local line="| $1 |"
+    for i in "${!venvs[@]}"; do line+=" ${result[$2-$i]} |"; done
+    echo "$line"
+}
 
 echo
-echo "1. Start: python -c pass, median of 10"
+echo "1. Start: python -c pass, median of 10, ms"
 echo
-echo "| hook | ms |"
-echo "|---|---:|"
-echo "| off (LIVECOV_DIR unset) | $start_off |"
-echo "| on (LIVECOV_DIR set) | $start_on |"
+header "hook"
+row "off (LIVECOV_DIR unset)" start_off
+row "on (LIVECOV_DIR set)" start_on
 echo
 echo "2. Flask fixture GET /price/pear, gunicorn 1 sync worker, wrk -t1 -c4 -d${load_secs}s on 127.0.0.1, median of $rounds"
 echo
-echo "| | requests/s | worker CPU per request (us) | CPU vs. no hook |"
-echo "|---|---:|---:|---:|"
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f%%", 100 * a / b }'; }
-echo "| no hook | $rps_off | $cpu_off | 100% |"
-echo "| no hook, coverage run --branch (its tracer alone) | $rps_coverage | $cpu_coverage | $(pct "$cpu_coverage" "$cpu_off") |"
-echo "| hook | $rps_on | $cpu_on | $(pct "$cpu_on" "$cpu_off") |"
-echo "| hook, /coverage every 100 ms | $rps_dumps | $cpu_dumps | $(pct "$cpu_dumps" "$cpu_off") |"
+labels=(off "no hook" coverage "no hook, coverage run --branch (its tracer alone)" on "hook" dumps "hook, /coverage every 100 ms")
+echo "Requests/s:"
 echo
-echo "3. Dumps and the pause of a thread serving requests (one process, 20 dumps)"
+header ""
+for ((k = 0; k < ${#labels[@]}; k += 2)); do row "${labels[k + 1]}" "rps_${labels[k]}"; done
 echo
-echo "| scope | LCOV bytes | first dump ms | warm dump ms (median) | request ms (median) | longest gap, no dump | during the first dump | during warm dumps |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+echo "The worker's CPU time per request, us (and vs. no hook):"
+echo
+header ""
+for ((k = 0; k < ${#labels[@]}; k += 2)); do
+    line="| ${labels[k + 1]} |"
+    for i in "${!venvs[@]}"; do
+        line+=" ${result[cpu_${labels[k]}-$i]} ($(pct "${result[cpu_${labels[k]}-$i]}" "${result[cpu_off-$i]}")) |"
+    done
+    echo "$line"
+done
+echo
+echo "3. Dumps and the pause of a thread serving requests (one process, 20 dumps), ms"
+echo
+header "scope" ""
 for scope in default all; do
-    if [ $scope = default ]; then json=$pause_default; label="app files (default)"; else json=$pause_all; label="everything (LIVECOV_IGNORE='^\$')"; fi
-    echo "| $label | $(field "$json" bytes 0) | $(field "$json" first_ms) | $(field "$json" warm_ms) | $(field "$json" median_request_ms 2) | $(field "$json" gap_none_ms) | $(field "$json" gap_first_ms) | $(field "$json" gap_warm_ms) |"
+    if [ $scope = default ]; then label="app files (default)"; else label="everything (LIVECOV_IGNORE='^\$')"; fi
+    for measure in "LCOV bytes:bytes:0" "first dump:first_ms:1" "warm dump (median):warm_ms:1" "request (median):median_request_ms:2" \
+        "longest gap, no dump:gap_none_ms:1" "longest gap, first dump:gap_first_ms:1" "longest gap, warm dumps:gap_warm_ms:1"; do
+        IFS=: read -r title key digits <<<"$measure"
+        line="| $label | $title |"
+        for i in "${!venvs[@]}"; do line+=" $(field "${result[pause_$scope-$i]}" "$key" "$digits") |"; done
+        echo "$line"
+    done
 done
