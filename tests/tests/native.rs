@@ -128,6 +128,8 @@ struct Built {
     plugin: PathBuf,
     /// prefork.c + work.c, instrumented.
     prefork: PathBuf,
+    /// drop_user.c + work.c, instrumented.
+    drop_user: PathBuf,
     /// api_test.c, instrumented, linked with liblivecov.a.
     api_test: PathBuf,
     /// api_test.c without instrumentation (-DNOT_INSTRUMENTED).
@@ -192,6 +194,7 @@ fn build(toolchain: Toolchain) -> Built {
         app_uninstrumented: compile("app_uninstrumented", strict, &["app.c", "work.c"], &[], &["-ldl"]),
         plugin: compile("libplugin.so", &[cov, &["-shared", "-fPIC"]].concat(), &["plugin.c"], &[], &[]),
         prefork: compile("prefork", &[cov, strict].concat(), &["prefork.c", "work.c"], &[], &[]),
+        drop_user: compile("drop_user", &[cov, strict].concat(), &["drop_user.c", "work.c"], &[], &[]),
         api_test: compile("api_test", &[cov, strict].concat(), &["api_test.c"], &[a], NATIVE_STATIC_LIBS),
         api_test_uninstrumented: compile(
             "api_test_uninstrumented",
@@ -629,6 +632,46 @@ fn prefork_workers_sum_to_the_exit_profiles() {
     assert_eq!(total("work_fib"), 12);
     // What ran before the fork is counted once, in the parent.
     assert_eq!(total("main"), 1, "main counted in the workers too");
+}
+
+#[test]
+fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
+    // CI runs the tests as root, which this needs: a test run as another
+    // user fails here, at the workers' setuid.
+    let b = built(Toolchain::Clang19);
+    let run = |agent: bool| {
+        let dir = scratch(if agent { "drop-user" } else { "drop-user-alone" });
+        let cov = dir.join("cov");
+        let mut c = command(&b.drop_user, &dir);
+        c.env("LLVM_PROFILE_FILE", "/dev/null");
+        if agent {
+            c.env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+        }
+        let out = c.output().expect("run drop_user");
+        assert!(out.status.success(), "drop_user: {out:?}");
+        (String::from_utf8(out.stdout).expect("utf-8"), cov)
+    };
+    let (alone, _) = run(false);
+    assert_eq!(alone, "worker 0 exit 0\nworker 1 signal 15\n");
+    let (with_agent, cov) = run(true);
+    assert_eq!(with_agent, alone, "the agent changed how the workers end");
+
+    let reports = cov.join("reports");
+    let mut fibs = Vec::new();
+    let mut states = Vec::new();
+    for e in std::fs::read_dir(&reports).expect("reports").flatten() {
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
+            states.push(meta["state"].as_str().unwrap_or("").to_owned());
+            let lcov = read(&path.with_extension("lcov"));
+            fibs.push(parse_lcov(&lcov).values().filter_map(|c| c.functions.get("work_fib")).sum::<u64>());
+        }
+    }
+    assert_eq!(states, ["exited"; 3], "parent and both workers end with a final report");
+    fibs.sort();
+    // One call in each worker, none in the parent.
+    assert_eq!(fibs, [0, 1, 1]);
 }
 
 #[test]

@@ -13,6 +13,7 @@ pub mod connection;
 mod engine;
 pub(crate) mod modules;
 mod process;
+mod reports;
 pub mod server;
 mod threads;
 
@@ -44,6 +45,8 @@ pub struct Agent {
     /// The configured ignore pattern and the agent's own sources, compiled
     /// at the first dump.
     ignore: std::sync::OnceLock<Vec<Regex>>,
+    /// Its metadata and report in `LIVECOV_DIR/reports/`.
+    files: Option<reports::InstanceFiles>,
     engine: Mutex<Engine>,
     server: Mutex<Option<Server>>,
     /// Set once the final report is written: later ones would be stale.
@@ -156,9 +159,11 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
     // (a Rust program with the agent, run with the C shim preloaded).
     process::claim_process()?;
     let parked = lock(&PARKED).take();
+    let instance = new_instance_id(config.runtime);
     let agent: &'static Agent = Box::leak(Box::new(Agent {
         ignore: std::sync::OnceLock::new(),
-        instance: new_instance_id(config.runtime),
+        files: config.dir.as_deref().map(|dir| reports::InstanceFiles::new(dir, &instance)),
+        instance,
         config,
         started: SystemTime::now(),
         clock: Instant::now(),
@@ -245,6 +250,9 @@ impl Agent {
             *lock(&self.server) = Some(server);
         }
         self.write_metadata("running");
+        if let Some(files) = &self.files {
+            files.prepare_if_privileged();
+        }
         Ok(())
     }
 
@@ -341,7 +349,7 @@ impl Agent {
     /// `reports/<instance>.lcov` in the coverage directory, where periodic
     /// and final reports go (`None` without `LIVECOV_DIR`).
     pub fn report_file(&self) -> Option<PathBuf> {
-        self.report_path("lcov")
+        self.files.as_ref().map(|f| f.report.path().to_owned())
     }
 
     /// The instance id, as in `Livecov-Instance`.
@@ -356,11 +364,6 @@ impl Agent {
 
     fn socket_path(&self, dir: &std::path::Path) -> PathBuf {
         dir.join("sockets").join(format!("{}.sock", self.instance))
-    }
-
-    fn report_path(&self, extension: &str) -> Option<PathBuf> {
-        let dir = self.config.dir.as_ref()?;
-        Some(dir.join("reports").join(format!("{}.{extension}", self.instance)))
     }
 
     /// The LCOV report of the counts since start or the last reset.
@@ -379,25 +382,26 @@ impl Agent {
         lock(&self.engine).reset()
     }
 
-    /// Writes the report to `reports/<instance>.lcov` (atomically).
+    /// Writes the report to `reports/<instance>.lcov` (atomically where
+    /// the folder allows it, see `reports.rs`).
     pub fn write_report(&self) {
-        let Some(path) = self.report_path("lcov") else { return };
-        self.report_or_complain(&path, false);
+        let Some(files) = &self.files else { return };
+        self.report_or_complain(&files.report, false);
     }
 
     /// Writes the report (counts since start or the last reset) to `path`,
     /// atomically: to a temporary name beside it, then renamed.
     pub fn write_report_to(&self, path: &Path) -> crate::Result<()> {
         let report = self.lcov(None, false)?;
-        write_atomically(path, report.as_bytes())
+        reports::write_atomically(path, report.as_bytes())
             .map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
     }
 
-    fn report_or_complain(&self, path: &Path, reset: bool) {
+    fn report_or_complain(&self, file: &reports::InstanceFile, reset: bool) {
         match std::panic::catch_unwind(|| self.lcov(None, reset)) {
             Ok(Ok(report)) => {
-                if let Err(e) = write_atomically(path, report.as_bytes()) {
-                    eprintln!("livecov: cannot write {}: {e}", path.display());
+                if let Err(e) = file.write(report.as_bytes()) {
+                    eprintln!("livecov: cannot write {}: {e}", file.path().display());
                 }
             }
             Ok(Err(e)) => eprintln!("livecov: no report: {e}"),
@@ -422,8 +426,8 @@ impl Agent {
             let _ = std::panic::catch_unwind(|| lock(&self.engine).reset());
             return;
         }
-        match self.report_path("lcov") {
-            Some(path) => self.report_or_complain(&path, true),
+        match &self.files {
+            Some(files) => self.report_or_complain(&files.report, true),
             None => {
                 let _ = std::panic::catch_unwind(|| lock(&self.engine).reset());
             }
@@ -439,10 +443,10 @@ impl Agent {
     }
 
     fn write_metadata(&self, state: &str) {
-        let Some(path) = self.report_path("json") else { return };
+        let Some(files) = &self.files else { return };
         let json = self.metadata(state);
-        if let Err(e) = write_atomically(&path, json.as_bytes()) {
-            eprintln!("livecov: cannot write {}: {e}", path.display());
+        if let Err(e) = files.metadata.write(json.as_bytes()) {
+            eprintln!("livecov: cannot write {}: {e}", files.metadata.path().display());
         }
     }
 
@@ -556,15 +560,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Writes to a temporary name beside `path`, then renames: readers never
-/// see a torn file.
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
-}
-
 /// Before a fork, in the parent: makes sure the counter sections the child
 /// will zero are those of the modules loaded now (looked up again only when
 /// the set of modules changed since the last look).
@@ -588,7 +583,11 @@ unsafe extern "C" fn after_fork_in_child() {
     let Some(parent) = current() else { return };
     // Safety: we are the only thread of a fresh child.
     unsafe { modules::zero_all_known() };
+    if let Some(files) = &parent.files {
+        files.close_in_child();
+    }
     process::forget_claim_in_child();
+    process::close_wake_pipe_in_child();
     let config = parent.config.clone();
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     if let Err(e) = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into())) {

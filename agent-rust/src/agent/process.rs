@@ -4,13 +4,27 @@
 //! one byte to a pipe that the agent's flush thread waits on. That thread
 //! writes the final report, restores the default action and raises the
 //! signal again, so the process ends with the status the signal gives.
-//! Handlers the program installed itself are left alone.
+//! Meanwhile the handler holds the thread it interrupted: were it to return,
+//! the program would go on (`pause`, `sleep`, `poll` return early after a
+//! handler) and might end another way first, e.g. `exit(0)`, which is not
+//! what SIGTERM does to it. Handlers the program installed itself are left
+//! alone.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// Write end of the wake-up pipe, for the signal handler.
 static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+/// Its read end, for a forked child to close (the flush thread that read
+/// it exists in the parent only).
+static WAKE_READ_FD: AtomicI32 = AtomicI32::new(-1);
+/// Set when the flush thread will not end the process after all (the
+/// program installed a handler of its own meanwhile): the held thread
+/// goes on.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+/// How long the handler holds its thread for the final report, at most;
+/// then the process ends as the signal says, report or not.
+const FINAL_REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A pipe the flush thread waits on; signal numbers arrive as bytes.
 pub struct WakePipe {
@@ -25,6 +39,7 @@ impl WakePipe {
             return Err(std::io::Error::last_os_error());
         }
         WAKE_FD.store(fds[1], Ordering::SeqCst);
+        WAKE_READ_FD.store(fds[0], Ordering::SeqCst);
         Ok(WakePipe { read: fds[0] })
     }
 
@@ -48,6 +63,7 @@ impl WakePipe {
     /// handler no longer writes to it).
     pub fn close(&self) {
         let write = WAKE_FD.swap(-1, Ordering::SeqCst);
+        let _ = WAKE_READ_FD.compare_exchange(self.read, -1, Ordering::SeqCst, Ordering::SeqCst);
         // Safety: our own descriptors, closed once.
         unsafe {
             if write >= 0 {
@@ -66,13 +82,58 @@ pub fn wake_flush_thread(byte: u8) -> bool {
     fd >= 0 && unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) } == 1
 }
 
+/// In a forked child: the wake-up pipe is the parent's (its flush thread
+/// did not survive the fork); closed before the child makes its own.
+pub fn close_wake_pipe_in_child() {
+    for fd in [WAKE_FD.swap(-1, Ordering::SeqCst), WAKE_READ_FD.swap(-1, Ordering::SeqCst)] {
+        if fd >= 0 {
+            // Safety: the parent's descriptors, copied into this process
+            // by the fork and used by nothing here.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Lets a thread held in the handler go on (the flush thread will not end
+/// the process).
+fn release_held_thread() {
+    RELEASED.store(true, Ordering::SeqCst);
+}
+
 extern "C" fn on_signal(signal: libc::c_int) {
-    let fd = WAKE_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let byte = signal as u8;
-        // Safety: write(2) is async-signal-safe; a full pipe drops the byte,
-        // which only happens if the signal repeats faster than we handle it.
-        unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) };
+    let fd = WAKE_FD.load(Ordering::SeqCst);
+    let byte = signal as u8;
+    // Safety: write(2) is async-signal-safe; a full pipe drops the byte,
+    // which only happens if the signal repeats faster than we handle it.
+    if fd < 0 || unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) } != 1 {
+        end_as_the_signal_would(signal);
+        return;
+    }
+    // Hold this thread until the flush thread ends the process (nanosleep
+    // and atomics are async-signal-safe; 1 ms steps cost nothing here).
+    let step = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+    let steps = FINAL_REPORT_WAIT.as_millis() as u64;
+    for _ in 0..steps {
+        if RELEASED.load(Ordering::SeqCst) {
+            return;
+        }
+        // Safety: nanosleep with a valid timespec.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+    end_as_the_signal_would(signal);
+}
+
+/// From inside the handler, without the agent: the default action back,
+/// and the signal raised again on this thread, where it is blocked until
+/// the handler returns, then ends the process.
+fn end_as_the_signal_would(signal: libc::c_int) {
+    // Safety: sigaction and raise are async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(signal, &action, std::ptr::null_mut());
+        libc::raise(signal);
     }
 }
 
@@ -89,7 +150,11 @@ pub fn install_signal_handlers() {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
             action.sa_flags = libc::SA_RESTART;
+            // While one is held in the handler, the other waits.
             libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaddset(&mut action.sa_mask, libc::SIGTERM);
+            libc::sigaddset(&mut action.sa_mask, libc::SIGINT);
+            RELEASED.store(false, Ordering::SeqCst);
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
     }
@@ -122,19 +187,24 @@ fn ours(signal: i32) -> bool {
     }
 }
 
-/// Ends the process as `signal` would have, after the final report.
+/// Ends the process as `signal` would have, after the final report: the
+/// default action back, the signal sent to the process again, and the
+/// thread held in the handler let go (where the program's other threads
+/// block the signal, it is delivered as that thread returns from the
+/// handler). If the program installed a handler of its own meanwhile, the
+/// held thread just goes on.
 pub fn reraise(signal: i32) {
-    if !ours(signal) {
-        return;
+    if ours(signal) {
+        // Safety: restoring the default action and raising the signal again.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+            libc::kill(libc::getpid(), signal);
+        }
     }
-    // Safety: restoring the default action and raising the signal again.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(signal, &action, std::ptr::null_mut());
-        libc::kill(libc::getpid(), signal);
-    }
+    release_held_thread();
 }
 
 /// Registers `at_exit` with the C runtime (runs on `exit`, also from Rust's

@@ -1,0 +1,210 @@
+//! An instance's files in `reports/` (its metadata and its LCOV report), and
+//! how they stay writable after the process gives up the rights it started
+//! with.
+//!
+//! Files are written to a temporary name beside them and renamed, so that
+//! readers never see a torn file. But a worker forked by a server started as
+//! root (nginx, apache, many pre-fork daemons) switches to an unprivileged
+//! user soon after the fork: from then on the `reports/` folder, root's, lets
+//! it create no file, and its final report would be lost. So an instance
+//! that starts as root opens both of its files while it still can and keeps
+//! the descriptors; when the rename is refused, the file is rewritten in
+//! place through its descriptor. (While such a rewrite runs, a reader may
+//! see a partial file; the sidecar reads a report again whenever its size or
+//! time changes.) Processes that do not start as root hold no descriptor.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// `reports/<instance>.json` and `reports/<instance>.lcov`.
+pub struct InstanceFiles {
+    pub metadata: InstanceFile,
+    pub report: InstanceFile,
+}
+
+impl InstanceFiles {
+    pub fn new(dir: &Path, instance: &str) -> InstanceFiles {
+        let reports = dir.join("reports");
+        InstanceFiles {
+            metadata: InstanceFile::new(reports.join(format!("{instance}.json"))),
+            report: InstanceFile::new(reports.join(format!("{instance}.lcov"))),
+        }
+    }
+
+    /// Prepares both files when the process runs as root, the one that
+    /// changes its user after a fork. Once the metadata is written: the
+    /// report is then made empty, as sidecars read it before it has content.
+    pub fn prepare_if_privileged(&self) {
+        // Safety: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        for file in [&self.metadata, &self.report] {
+            if let Err(e) = file.prepare() {
+                eprintln!(
+                    "livecov: cannot open {}: {e} (if the process changes its user, its reports may be lost)",
+                    file.path().display()
+                );
+            }
+        }
+    }
+
+    pub fn close_in_child(&self) {
+        self.metadata.close_in_child();
+        self.report.close_in_child();
+    }
+}
+
+/// One of an instance's files.
+pub struct InstanceFile {
+    path: PathBuf,
+    /// Open on the file now at `path`, once [`InstanceFile::prepare`]d.
+    prepared: Mutex<Option<Prepared>>,
+}
+
+struct Prepared {
+    file: File,
+    /// (device, inode) when opened: the descriptor is only written through
+    /// while it still is that file (a daemon that closes every descriptor
+    /// may have reused its number for one of its own).
+    id: (u64, u64),
+}
+
+impl InstanceFile {
+    pub fn new(path: PathBuf) -> InstanceFile {
+        InstanceFile { path, prepared: Mutex::new(None) }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens the file for later rewrites in place (creating it empty if it
+    /// does not exist yet), for a process that may lose the right to create
+    /// files in its folder.
+    pub fn prepare(&self) -> io::Result<()> {
+        let prepared = Prepared::open(&self.path)?;
+        *super::lock(&self.prepared) = Some(prepared);
+        Ok(())
+    }
+
+    /// Replaces the file's content: atomically where the folder allows it,
+    /// else in place through the prepared descriptor.
+    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
+        let mut prepared = super::lock(&self.prepared);
+        match write_atomically(&self.path, bytes) {
+            Ok(()) => {
+                // The rename put a new file at the path: follow it.
+                if prepared.is_some() {
+                    *prepared = Prepared::open(&self.path).ok();
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => match prepared.as_ref() {
+                Some(p) => p.rewrite(&self.path, bytes),
+                None => Err(denied(e, &self.path)),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// In a forked child: the descriptor is the parent's instance's, which
+    /// this process no longer writes; closed so that it does not leak into
+    /// every worker. (If a parent thread held the lock at the fork, the lock
+    /// is never released in the child: then it is left open.)
+    pub fn close_in_child(&self) {
+        if let Ok(mut prepared) = self.prepared.try_lock() {
+            prepared.take();
+        }
+    }
+}
+
+impl Prepared {
+    fn open(path: &Path) -> io::Result<Prepared> {
+        // std opens with O_CLOEXEC: the program's exec'd children do not
+        // inherit it.
+        let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        let meta = file.metadata()?;
+        Ok(Prepared { file, id: (meta.dev(), meta.ino()) })
+    }
+
+    fn rewrite(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let current = self.file.metadata()?;
+        let named = std::fs::metadata(path)?;
+        if (current.dev(), current.ino()) != self.id || (named.dev(), named.ino()) != self.id {
+            return Err(io::Error::other(format!(
+                "{} was replaced or its descriptor closed since the process started; \
+                 nothing written",
+                path.display()
+            )));
+        }
+        // Content first, then the length: a reader sees old or new bytes,
+        // never a file cut short of what was written.
+        self.file.write_all_at(bytes, 0)?;
+        self.file.set_len(bytes.len() as u64)
+    }
+}
+
+/// Permission denied, with who was denied and what would help.
+fn denied(e: io::Error, path: &Path) -> io::Error {
+    // Safety: geteuid and getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let folder = path.parent().unwrap_or(Path::new(".")).display();
+    io::Error::new(
+        e.kind(),
+        format!("{e} (the process runs as uid {uid}, gid {gid}, and cannot create files in {folder}: make that folder writable for it)"),
+    )
+}
+
+/// Writes to a temporary name beside `path`, then renames: readers never
+/// see a torn file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("livecov-reports-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_prepared_file_follows_renames_and_is_rewritten_in_place() {
+        let dir = scratch("prepared");
+        let f = InstanceFile::new(dir.join("i.json"));
+        f.write(b"first, long enough").unwrap();
+        f.prepare().unwrap();
+        f.write(b"second, renamed").unwrap();
+        // What a write does once the folder refuses the rename (the process
+        // changed its user; a test run as root cannot be refused it).
+        let guard = super::super::lock(&f.prepared);
+        guard.as_ref().expect("still prepared").rewrite(f.path(), b"third").unwrap();
+        drop(guard);
+        assert_eq!(std::fs::read(f.path()).unwrap(), b"third");
+    }
+
+    #[test]
+    fn a_replaced_file_is_not_written_through_a_stale_descriptor() {
+        let dir = scratch("replaced");
+        let f = InstanceFile::new(dir.join("i.lcov"));
+        f.prepare().unwrap();
+        std::fs::remove_file(f.path()).unwrap();
+        std::fs::write(f.path(), b"someone else's").unwrap();
+        let guard = super::super::lock(&f.prepared);
+        let err = guard.as_ref().unwrap().rewrite(f.path(), b"ours").unwrap_err();
+        assert!(err.to_string().contains("replaced"), "{err}");
+        drop(guard);
+        assert_eq!(std::fs::read(f.path()).unwrap(), b"someone else's");
+    }
+}
