@@ -110,8 +110,19 @@ pub(crate) fn build_cargo(manifest_dir: &Path, target_dir: &Path, binary: &str) 
         .args(["build", "--offline", "--locked", "--manifest-path"])
         .arg(manifest_dir.join("Cargo.toml"))
         .current_dir(manifest_dir);
-    // Drop what the outer cargo (running these tests) or the user set that would
-    // change the build: target dir, wrappers, flags, profiles...
+    without_outer_cargo(&mut command);
+    command
+        .env("RUSTFLAGS", "-C instrument-coverage")
+        .env("CARGO_TARGET_DIR", target_dir);
+    run_checked(&mut command, "cargo build of the Rust fixture");
+    let path = target_dir.join("debug").join(binary);
+    assert!(path.is_file(), "cargo built no {}", path.display());
+    path
+}
+
+/// Drops what the outer cargo (running these tests) or the user set that would
+/// change a nested cargo build: target dir, wrappers, flags, profiles...
+pub(crate) fn without_outer_cargo(command: &mut Command) {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         let interferes = (key.starts_with("CARGO") && key != "CARGO_HOME")
@@ -131,11 +142,4 @@ pub(crate) fn build_cargo(manifest_dir: &Path, target_dir: &Path, binary: &str) 
             command.env_remove(&*key);
         }
     }
-    command
-        .env("RUSTFLAGS", "-C instrument-coverage")
-        .env("CARGO_TARGET_DIR", target_dir);
-    run_checked(&mut command, "cargo build of the Rust fixture");
-    let path = target_dir.join("debug").join(binary);
-    assert!(path.is_file(), "cargo built no {}", path.display());
-    path
 }

@@ -34,6 +34,7 @@ mod builder;
 mod cli;
 pub mod http;
 pub mod lcov;
+pub mod native;
 pub mod node;
 mod oracle;
 pub mod python;

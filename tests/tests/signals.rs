@@ -1,0 +1,344 @@
+//! The agent takes none of the program's signals. Real C programs of
+//! `fixtures/native`, built with clang-19 and coverage, that wait for the
+//! signals they block, as daemons do (a master loop in sigsuspend, a thread
+//! in sigwait), behave under `LD_PRELOAD=liblivecov.so` exactly as without
+//! it: same output, same exit status, no hang. Each runs 20 times each way,
+//! with its signals sent while it works, when only a thread that does not
+//! block them could take them. The agent's threads are seen blocking every
+//! asynchronous signal in /proc, and SIGTERM still ends a program that
+//! leaves its signals alone, with its final report.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use livecov_tests::http::unix_request;
+use livecov_tests::lcov::{file_ending, parse_lcov};
+use livecov_tests::native::{clang19_programs, clean_command, liblivecov};
+use livecov_tests::service::find_instance;
+use livecov_tests::{wait_for, workspace_root};
+
+/// Runs of each program, each way (without and with the agent).
+const RUNS: usize = 20;
+/// Runs at once: the programs mostly wait, but 2 cores run their work.
+const AT_ONCE: usize = 10;
+/// Longest wait for one line or for the exit: a program that takes longer
+/// hangs (the programs answer in milliseconds; the margin is for a loaded
+/// machine).
+const STEP: Duration = Duration::from_secs(10);
+/// How long the programs work with their signals blocked.
+const WORK_MS: &str = "200";
+
+struct Programs {
+    sigsuspend: PathBuf,
+    sigwait: PathBuf,
+    pause: PathBuf,
+}
+
+fn programs() -> &'static Programs {
+    static BUILT: OnceLock<Programs> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let built = clang19_programs(
+            "signals",
+            &[("sigsuspend", "sigsuspend.c"), ("sigwait", "sigwait.c"), ("pause", "pause.c")],
+        );
+        Programs { sigsuspend: built[0].clone(), sigwait: built[1].clone(), pause: built[2].clone() }
+    })
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/tmp/signals").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
+
+/// A fixture running in `dir`, its standard output read line by line on
+/// a thread of the test (so that every wait has a deadline); killed when
+/// dropped.
+struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    printed: Vec<String>,
+    dir: PathBuf,
+}
+
+/// Why a run did not behave: `hang` when it stopped answering.
+struct Failure {
+    hang: bool,
+    what: String,
+}
+
+impl Running {
+    /// `program args`, under the agent (`LIVECOV_DIR=dir/cov`) when `preload`.
+    fn start(program: &Path, args: &[&str], dir: &Path, preload: bool, env: &[(&str, &str)]) -> Running {
+        std::fs::create_dir_all(dir).expect("create the run's folder");
+        let mut command = clean_command(program);
+        command
+            .args(args)
+            .current_dir(dir)
+            .env("LLVM_PROFILE_FILE", dir.join("exit.profraw"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if preload {
+            command.env("LD_PRELOAD", liblivecov()).env("LIVECOV_DIR", dir.join("cov"));
+        }
+        let mut child = command.spawn().unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Running { child, lines, printed: Vec::new(), dir: dir.to_owned() }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// The next line is `want`, within [`STEP`].
+    fn expect(&mut self, want: &str) -> Result<(), Failure> {
+        match self.lines.recv_timeout(STEP) {
+            Ok(line) if line == want => {
+                self.printed.push(line);
+                Ok(())
+            }
+            Ok(line) => Err(Failure { hang: false, what: format!("printed {line:?} where {want:?} was due") }),
+            Err(RecvTimeoutError::Timeout) => Err(Failure { hang: true, what: format!("hung: no {want:?} within {STEP:?}") }),
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.wait().map(|s| format!("{s}")).unwrap_or_default();
+                Err(Failure { hang: false, what: format!("ended ({status}) before printing {want:?}") })
+            }
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // Safety: a signal to our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0, "kill {signal}");
+    }
+
+    /// The exit status, within [`STEP`].
+    fn wait(&mut self) -> Option<ExitStatus> {
+        let deadline = Instant::now() + STEP;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Exits 0 having printed nothing more, within [`STEP`].
+    fn expect_success(&mut self) -> Result<(), Failure> {
+        match self.wait() {
+            None => Err(Failure { hang: true, what: format!("hung: still running {STEP:?} after its last line") }),
+            Some(status) if !status.success() => Err(Failure { hang: false, what: format!("ended with {status}") }),
+            Some(_) => match self.lines.recv_timeout(STEP) {
+                Ok(line) => Err(Failure { hang: false, what: format!("printed {line:?} at the end") }),
+                Err(_) => Ok(()),
+            },
+        }
+    }
+
+    /// Under the agent: the final report, written at exit.
+    fn expect_final_report(&self) -> Result<(), Failure> {
+        let reports = self.dir.join("cov/reports");
+        let meta = std::fs::read_dir(&reports)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "json"))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        if meta.contains("\"state\":\"exited\"") {
+            Ok(())
+        } else {
+            Err(Failure { hang: false, what: format!("no final report in {}: {meta:?}", reports.display()) })
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `run(i)` for i in 0..RUNS, [`AT_ONCE`] at a time; panics listing the
+/// failures by kind (`hung: ...`, `ended with ...`) and how many of the
+/// runs they were.
+fn runs(what: &str, run: impl Fn(usize) -> Result<(), Failure> + Sync) {
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    let mut hangs = 0;
+    let run = &run;
+    for batch in (0..RUNS).collect::<Vec<_>>().chunks(AT_ONCE) {
+        let results: Vec<Result<(), Failure>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = batch.iter().map(|&i| scope.spawn(move || run(i))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        for failure in results.into_iter().filter_map(Result::err) {
+            hangs += usize::from(failure.hang);
+            *failures.entry(failure.what).or_default() += 1;
+        }
+    }
+    let failed: usize = failures.values().sum();
+    assert!(failed == 0, "{what}: {failed} of {RUNS} runs failed, {hangs} of {RUNS} hung: {failures:#?}");
+}
+
+// ---------------------------------------------------------------- sigsuspend
+
+/// One run of `sigsuspend`: SIGHUP while it works (pending until its
+/// sigsuspend), then SIGUSR1, then SIGQUIT, each once the previous one
+/// was acted on.
+fn sigsuspend_run(dir: &Path, preload: bool) -> Result<(), Failure> {
+    let mut p = Running::start(&programs().sigsuspend, &[WORK_MS], dir, preload, &[]);
+    p.expect("ready")?;
+    p.signal(libc::SIGHUP);
+    p.expect("worked")?;
+    p.expect("hup 1")?;
+    p.signal(libc::SIGUSR1);
+    p.expect("usr1 1")?;
+    p.signal(libc::SIGQUIT);
+    p.expect("quit")?;
+    p.expect_success()?;
+    if preload {
+        p.expect_final_report()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_sigsuspend_master_loop_behaves_the_same_under_the_agent() {
+    let dir = scratch("sigsuspend");
+    runs("sigsuspend without the agent", |i| sigsuspend_run(&dir.join(format!("plain-{i}")), false));
+    runs("sigsuspend under the agent", |i| sigsuspend_run(&dir.join(format!("agent-{i}")), true));
+}
+
+// ---------------------------------------------------------------- sigwait
+
+/// One run of `sigwait`: two SIGUSR1 and a SIGTERM while it works, each
+/// once the previous one was taken.
+fn sigwait_run(dir: &Path, preload: bool) -> Result<(), Failure> {
+    let mut p = Running::start(&programs().sigwait, &[WORK_MS], dir, preload, &[]);
+    p.expect("ready")?;
+    p.signal(libc::SIGUSR1);
+    p.expect("usr1 1")?;
+    p.signal(libc::SIGUSR1);
+    p.expect("usr1 2")?;
+    p.signal(libc::SIGTERM);
+    p.expect("term")?;
+    p.expect("worked 1")?;
+    p.expect_success()?;
+    if preload {
+        p.expect_final_report()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_sigwait_thread_behaves_the_same_under_the_agent() {
+    let dir = scratch("sigwait");
+    runs("sigwait without the agent", |i| sigwait_run(&dir.join(format!("plain-{i}")), false));
+    runs("sigwait under the agent", |i| sigwait_run(&dir.join(format!("agent-{i}")), true));
+}
+
+// ---------------------------------------------------------------- the agent's threads
+
+/// The signals a thread blocks, from the `SigBlk` mask of
+/// /proc/PID/task/TID/status (bit N-1 for signal N).
+fn blocked_signals(status: &str) -> Vec<i32> {
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).expect("a hexadecimal SigBlk"))
+        .expect("a SigBlk line");
+    (1..=64).filter(|s| mask & (1u64 << (s - 1)) != 0).collect()
+}
+
+#[test]
+fn the_agents_threads_block_every_asynchronous_signal() {
+    let dir = scratch("sigblk");
+    // A periodic flush, so that the flush thread runs too.
+    let mut p = Running::start(&programs().sigsuspend, &["0"], &dir, true, &[("LIVECOV_FLUSH_SECS", "1")]);
+    p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
+    p.expect("worked").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    // A dump, so that the threads it starts are there too.
+    let socket = cov.join("sockets").join(format!("{instance}.sock"));
+    let dump = unix_request(&socket, "GET", "/coverage", &[]);
+    assert_eq!(dump.status, 200, "{}", dump.text());
+    assert!(file_ending(&parse_lcov(&dump.text()), "sigsuspend.c").functions.contains_key("sigsuspend.c:on_signal"));
+
+    // Every signal but SIGKILL and SIGSTOP (which cannot be blocked), the
+    // synchronous ones (a fault of the thread itself) and glibc's own 32
+    // and 33 (cancellation and setuid across threads, which
+    // pthread_sigmask leaves unblocked).
+    let synchronous = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+    let asynchronous: Vec<i32> = (1..=64)
+        .filter(|s| ![libc::SIGKILL, libc::SIGSTOP, 32, 33].contains(s) && !synchronous.contains(s))
+        .collect();
+    let tasks = PathBuf::from(format!("/proc/{}/task", p.pid()));
+    let threads: BTreeMap<String, Vec<i32>> = std::fs::read_dir(&tasks)
+        .expect("/proc/PID/task")
+        .flatten()
+        .filter_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?.trim().to_owned();
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            name.starts_with("livecov").then(|| (format!("{name} ({})", task.file_name().to_string_lossy()), blocked_signals(&status)))
+        })
+        .collect();
+    for name in ["livecov-agent", "livecov-flush"] {
+        assert!(threads.keys().any(|t| t.starts_with(&format!("{name} "))), "no thread {name}: {threads:?}");
+    }
+    for (thread, blocked) in &threads {
+        let open: Vec<&i32> = asynchronous.iter().filter(|s| !blocked.contains(s)).collect();
+        assert!(open.is_empty(), "thread {thread} takes the signals {open:?} (it blocks {blocked:?})");
+    }
+}
+
+// ---------------------------------------------------------------- a program that leaves signals alone
+
+#[test]
+fn sigterm_still_ends_a_plain_program_with_its_final_report() {
+    let dir = scratch("sigterm");
+    let plain = {
+        let mut p = Running::start(&programs().pause, &[], &dir.join("plain"), false, &[]);
+        p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
+        p.signal(libc::SIGTERM);
+        p.wait().expect("pause ends on SIGTERM")
+    };
+    assert_eq!(plain.signal(), Some(libc::SIGTERM), "{plain}");
+
+    let mut p = Running::start(&programs().pause, &[], &dir.join("agent"), true, &[]);
+    p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = p.dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    p.signal(libc::SIGTERM);
+    let status = p.wait().expect("pause ends on SIGTERM under the agent");
+    // Killed by the signal as without the agent: 143 in a shell.
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    let reports = cov.join("reports");
+    let report = std::fs::read_to_string(reports.join(format!("{instance}.lcov"))).expect("the final report");
+    let files = parse_lcov(&report);
+    assert_eq!(file_ending(&files, "pause.c").functions.get("pause.c:count"), Some(&1), "{report}");
+    let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
+    assert!(meta.contains("\"state\":\"exited\""), "{meta}");
+    assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
+}
