@@ -429,16 +429,19 @@ class Counts {
     return zero;
   }
 
-  /** The sum of several totals, function by function; one of them as it is when the others are empty. */
+  /** Adds another's totals, function by function. */
+  merge(other) {
+    for (const [url, functions] of other.scripts) {
+      for (const fn of functions.values()) this.addFunction(url, fn.functionName, fn.ranges, false);
+    }
+  }
+
+  /** The sum of several totals; one of them as it is when the others are empty. */
   static sum(list) {
     const nonEmpty = list.filter((c) => c.scripts.size > 0);
     if (nonEmpty.length === 1) return nonEmpty[0];
     const sum = new Counts();
-    for (const counts of nonEmpty) {
-      for (const [url, functions] of counts.scripts) {
-        for (const fn of functions.values()) sum.addFunction(url, fn.functionName, fn.ranges, false);
-      }
-    }
+    for (const counts of nonEmpty) sum.merge(counts);
     return sum;
   }
 }
@@ -599,7 +602,7 @@ class Hub {
   gone(thread) {
     if (!this.live.has(thread)) return;
     this.answered(thread, Infinity);
-    this.ended = Counts.sum([this.ended, this.live.get(thread)]);
+    this.ended.merge(this.live.get(thread));
     this.live.delete(thread);
   }
 
@@ -620,23 +623,24 @@ class Hub {
   }
 
   /**
-   * The totals of the report: the main thread's counts taken now, every
-   * worker's as it answered (as they are now for one that did not), the
-   * ended workers'. With `reset`, each source of counts starts again from
-   * zero where it was cut: nothing is counted twice, nothing lost.
+   * The totals of the report: the main thread's counts taken now, the
+   * ended workers', and every worker's up to its answer, with what it sent
+   * since (all of it, for one that did not answer). With `reset`, each
+   * worker starts again from zero at its answer, the rest now: nothing is
+   * counted twice, nothing lost.
    */
   cut(request) {
     this.pending.delete(request);
     if (request.waiting.size > 0) {
+      const [s, its] = request.waiting.size > 1 ? ['s', 'their'] : ['', 'its'];
       complain(
-        `worker thread${request.waiting.size > 1 ? 's' : ''} ${[...request.waiting].join(', ')} did not send ` +
-          'their counts in time (busy?): this report has them as of their last answer, a later one has the rest',
+        `worker thread${s} ${[...request.waiting].join(', ')} did not send ${its} counts in time (busy?): ` +
+          `this report has ${its} counts as of ${its} last answer, a later report the rest`,
       );
     }
     this.own.add(this.collector.take(), this.keep);
     const parts = [this.own, this.ended, ...request.cuts];
     for (const [thread, counts] of this.live) {
-      if (request.reset && request.cuts.includes(counts)) continue;
       parts.push(counts);
       if (request.reset) this.live.set(thread, counts.zeroed());
     }

@@ -881,3 +881,33 @@ fn a_worker_s_typescript_is_reported_on_its_ts_sources() {
     assert_eq!(p.lines[&line_of(&text, "return { known: false")], 0, "the unknown item's line");
     assert!(!files.keys().any(|f| f.ends_with("pricing.js")), "no generated file: {:?}", files.keys());
 }
+
+#[test]
+fn a_worker_busy_at_exit_delays_the_final_report_a_bounded_time_and_is_named_on_stderr() {
+    let dir = scratch("hooks_node", "workers-busy");
+    // The worker never returns to its event loop; the main thread ends the process.
+    let main = "const { Worker } = require('node:worker_threads');\n\
+                const w = new Worker('for (;;) {}', { eval: true });\n\
+                function bye() { process.exit(7); }\n\
+                w.on('online', () => setTimeout(bye, 200));\n";
+    std::fs::write(dir.join("main.js"), main).unwrap();
+    let cov = dir.join("cov");
+    let mut cmd = node_with_hook(&dir.join("main.js"), &[], &cov);
+    let started = std::time::Instant::now();
+    let out = cmd.current_dir(&dir).output().expect("run node main.js");
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(7), "the program's exit code: {:?}", out.status);
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(10), "the final report waited 2 s for the worker: {took:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("livecov: worker thread 1 did not send its counts in time (busy?)"), "{stderr}");
+    let reports: Vec<PathBuf> = std::fs::read_dir(cov.join("reports"))
+        .expect("reports")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .collect();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let files = parse_lcov(&source(&reports[0]));
+    assert_eq!(files[&dir.join("main.js").display().to_string()].functions["bye"], 1, "the main thread's counts are in");
+}
