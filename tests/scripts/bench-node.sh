@@ -11,7 +11,11 @@
 #    time per request (user + system, from /proc: steadier than requests/s
 #    on a busy machine), its resident memory at the end, and the dumps'
 #    times.
-# 2. The start cost: `node -e 0` with and without the hook, BENCH_NODE_STARTS
+# 2. The same for worker threads (fixtures/node/workers/server.js, GET
+#    /square?n=50, computed by a pool of two workers whose counts the hook
+#    gathers at every dump): without the hook, with it, with it and a dump
+#    every 100 ms; BENCH_NODE_WORKERS=0 leaves this part out.
+# 3. The start cost: `node -e 0` with and without the hook, BENCH_NODE_STARTS
 #    (default 20) runs each: the median wall time, and the mean CPU time
 #    (user + system).
 #
@@ -24,8 +28,13 @@ root=$(pwd)
 load_secs=${BENCH_NODE_LOAD_SECS:-10}
 rounds=${BENCH_NODE_ROUNDS:-3}
 starts=${BENCH_NODE_STARTS:-20}
+workers=${BENCH_NODE_WORKERS:-1}
 hook="$root/hooks/node/livecov-hook.cjs"
-app="$root/fixtures/node/http/server.js"
+
+# use_app APP PATH ANSWER: the fixture that start_app starts, the request wrk
+# sends, and the answer (an extended regex) it must give.
+use_app() { app=$1; bench_path=$2; bench_answer=$3; }
+use_app "$root/fixtures/node/http/server.js" "/items?n=3" '^\["anvil","bucket","chisel"\]$'
 
 if ! command -v node >/dev/null; then
     echo "bench-node: node is missing (tests/scripts/install-deps.sh installs it)" >&2
@@ -79,8 +88,8 @@ start_app() {
         done
         [ -n "$socket" ] || { echo "bench-node: the hook made no socket:" >&2; cat "$dir/stderr" >&2; exit 1; }
     fi
-    [ "$(curl -sS --max-time 10 "http://127.0.0.1:$port/items?n=3")" = '["anvil","bucket","chisel"]' ] ||
-        { echo "bench-node: /items?n=3 answered wrong" >&2; exit 1; }
+    curl -sS --max-time 10 "http://127.0.0.1:$port$bench_path" | grep -Eq "$bench_answer" ||
+        { echo "bench-node: $bench_path answered wrong" >&2; exit 1; }
 }
 
 stop_app() {
@@ -103,7 +112,7 @@ hz=$(getconf CLK_TCK)
 wrk_run() {
     local t0
     t0=$(ticks)
-    wrk -t1 -c8 -d"$1s" --timeout 5s "http://127.0.0.1:$port/items?n=3" >"$2" 2>&1 ||
+    wrk -t1 -c8 -d"$1s" --timeout 5s "http://127.0.0.1:$port$bench_path" >"$2" 2>&1 ||
         { echo "bench-node: wrk failed:" >&2; cat "$2" >&2; exit 1; }
     if [ $# -ge 3 ]; then
         awk -v t="$(( $(ticks) - t0 ))" -v hz="$hz" '/ requests in / { print t / hz * 1e6 / $1 }' "$2" >>"$3"
@@ -145,7 +154,11 @@ EOF
 }
 
 echo "bench-node: node $(node --version), $rounds x (without the hook, with it, with it and a dump every 100 ms, NODE_V8_COVERAGE), ${load_secs} s each"
-for f in rps_off rps_on rps_dumps rps_v8 cpu_off cpu_on cpu_dumps cpu_v8 t_dumps rss_off rss_on rss_dumps rss_v8; do : >"$work/$f"; done
+for k in off on dumps v8 w_off w_on w_dumps; do
+    for m in rps cpu rss; do : >"$work/${m}_$k"; done
+done
+: >"$work/t_dumps"
+: >"$work/t_w_dumps"
 # load_run NAME MODE ROUND: one load of the app started as MODE.
 load_run() {
     start_app "$work/$1-$3" "$2"
@@ -154,20 +167,32 @@ load_run() {
     rss_kib >>"$work/rss_$1"
     stop_app
 }
+# dumps_run NAME ROUND: one load of the app with the hook, dumped every 100 ms.
+dumps_run() {
+    start_app "$work/$1-$2" hook
+    wrk_run 1 "$work/$1-$2/warmup" >/dev/null
+    dump_loop "$load_secs" "$work/t_$1" &
+    lpid=$!
+    wrk_run "$load_secs" "$work/$1-$2/wrk" "$work/cpu_$1" >>"$work/rps_$1"
+    wait "$lpid"
+    rss_kib >>"$work/rss_$1"
+    stop_app
+}
 for r in $(seq "$rounds"); do
     load_run off off "$r"
     load_run on hook "$r"
     load_run v8 v8 "$r"
-
-    start_app "$work/dumps-$r" hook
-    wrk_run 1 "$work/dumps-$r/warmup" >/dev/null
-    dump_loop "$load_secs" "$work/t_dumps" &
-    lpid=$!
-    wrk_run "$load_secs" "$work/dumps-$r/wrk" "$work/cpu_dumps" >>"$work/rps_dumps"
-    wait "$lpid"
-    rss_kib >>"$work/rss_dumps"
-    stop_app
+    dumps_run dumps "$r"
 done
+if [ "$workers" = 1 ]; then
+    echo "bench-node: worker threads, $rounds x (without the hook, with it, with it and a dump every 100 ms)"
+    use_app "$root/fixtures/node/workers/server.js" "/square?n=50" '^2500 even \(thread [0-9]+\)$'
+    for r in $(seq "$rounds"); do
+        load_run w_off off "$r"
+        load_run w_on hook "$r"
+        dumps_run w_dumps "$r"
+    done
+fi
 
 # children_cpu_ms FILE: the CPU time (user + system) of the calling shell's
 # children so far, from `times` written to FILE (`times` in a command
@@ -196,28 +221,42 @@ start_cost() {
 start_off=$(start_cost 0)
 start_on=$(start_cost 1)
 
-rps_off=$(median <"$work/rps_off")
 echo
 echo "GET /items?n=3 on fixtures/node/http/server.js, wrk -t1 -c8 -d${load_secs}s, median of $rounds rounds; load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| run | requests/s | vs without | CPU per request | vs without | VmRSS at the end |"
-echo "|---|---:|---:|---:|---:|---:|"
-cpu_off=$(median <"$work/cpu_off")
-row() { # row NAME KEY
-    awk -v n="$1" -v v="$(median <"$work/rps_$2")" -v b="$rps_off" -v c="$(median <"$work/cpu_$2")" -v cb="$cpu_off" \
+header() {
+    echo "| run | requests/s | vs without | CPU per request | vs without | VmRSS at the end |"
+    echo "|---|---:|---:|---:|---:|---:|"
+}
+header
+row() { # row NAME KEY BASELINE_KEY
+    awk -v n="$1" -v v="$(median <"$work/rps_$2")" -v b="$(median <"$work/rps_$3")" -v c="$(median <"$work/cpu_$2")" -v cb="$(median <"$work/cpu_$3")" \
         -v m="$(median <"$work/rss_$2")" \
         'BEGIN { printf "| %s | %.0f | %+.1f%% | %.1f µs | %+.1f%% | %.1f MiB |\n", n, v, (v / b - 1) * 100, c, (c / cb - 1) * 100, m / 1024 }'
 }
-row "without the hook" off
-row "with the hook" on
-row "with the hook, /coverage every 100 ms" dumps
-row "NODE_V8_COVERAGE (as under c8), no hook" v8
-echo
-echo "| measure | value |"
-echo "|---|---:|"
-echo "| dumps during the load | $(wc -l <"$work/t_dumps") |"
-echo "| dump time, median | $(median <"$work/t_dumps" | awk '{ printf "%.1f ms", $1 }') |"
-echo "| dump time, p95 | $(p95 <"$work/t_dumps" | awk '{ printf "%.1f ms", $1 }') |"
+row "without the hook" off off
+row "with the hook" on off
+row "with the hook, /coverage every 100 ms" dumps off
+row "NODE_V8_COVERAGE (as under c8), no hook" v8 off
+dump_times() { # dump_times KEY
+    echo
+    echo "| measure | value |"
+    echo "|---|---:|"
+    echo "| dumps during the load | $(wc -l <"$work/t_$1") |"
+    echo "| dump time, median | $(median <"$work/t_$1" | awk '{ printf "%.1f ms", $1 }') |"
+    echo "| dump time, p95 | $(p95 <"$work/t_$1" | awk '{ printf "%.1f ms", $1 }') |"
+}
+dump_times dumps
+if [ "$workers" = 1 ]; then
+    echo
+    echo "GET /square?n=50 on fixtures/node/workers/server.js (a pool of two worker threads), same load"
+    echo
+    header
+    row "without the hook" w_off w_off
+    row "with the hook" w_on w_off
+    row "with the hook, /coverage every 100 ms" w_dumps w_off
+    dump_times w_dumps
+fi
 echo
 echo "| \`node -e 0\`, $starts runs | wall, median | CPU, mean |"
 echo "|---|---:|---:|"
