@@ -7,8 +7,10 @@
 // precise block coverage, read in-process through node:inspector, is served
 // as LCOV on $LIVECOV_DIR/sockets/<instance>.sock (and TCP if
 // LIVECOV_LISTEN is set) and written to $LIVECOV_DIR/reports/ periodically,
-// at exit and on SIGTERM/SIGINT. No npm dependency: it is copied into images
-// as one file. It does nothing unless LIVECOV_DIR or LIVECOV_LISTEN is set,
+// at exit and on SIGTERM/SIGINT. Preloaded into worker threads too, it
+// sends each worker's counts to the main thread, whose report is the whole
+// process's (see "worker threads" below). No npm dependency: it is copied
+// into images as one file. It does nothing unless LIVECOV_DIR or LIVECOV_LISTEN is set,
 // and it never throws into the program: a failure is one line on stderr
 // starting with "livecov:".
 //
