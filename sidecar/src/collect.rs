@@ -256,10 +256,17 @@ async fn collect(args: Args) -> Result<()> {
         let row_started = SystemTime::now();
         let t0 = Instant::now();
         let (body, meta, error) = read_report(report, options.max_body);
+        let ended = match meta.as_ref().and_then(|m| m.state.as_deref()) {
+            // Its final report: the process exited.
+            Some("exited") | None => "gone",
+            // A periodic report newer than the live answer of this run.
+            Some(_) if taken.contains_key(&report.instance) => "running",
+            Some(_) => "lost",
+        };
         let mut row = Row {
             address: report.path.display().to_string(),
             source: report.source.clone(),
-            state: if error.is_some() { "error" } else { "gone" },
+            state: if error.is_some() { "error" } else { ended },
             instance: Some(report.instance.clone()),
             meta,
             file: None,
@@ -308,7 +315,9 @@ async fn collect(args: Args) -> Result<()> {
     if args.reset {
         reset_errors = discovery.mark_reset(SystemTime::now());
     }
+    settle_left_over_sockets(&mut rows);
     let failed = rows.iter().filter(|r| r.state == "error").count();
+    let lost = rows.iter().filter(|r| r.state == "lost").count();
     let no_target = rows.is_empty();
     let manifest = serde_json::json!({
         "livecov_version": env!("CARGO_PKG_VERSION"),
@@ -344,13 +353,30 @@ async fn collect(args: Args) -> Result<()> {
         totals.functions,
         totals.branches_hit,
         totals.branches,
-        if failed > 0 { format!("; {failed} target(s) failed") } else { String::new() }
+        [(failed, "target(s) failed"), (lost, "instance(s) lost: ended without a final report")]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| format!("; {n} {what}"))
+            .collect::<String>()
     );
     for r in rows.iter().filter(|r| r.state == "error") {
         match &r.error {
             Some(e) => eprintln!("livecov: {e}"),
             None => eprintln!("livecov: {}: failed", r.address),
         }
+    }
+    for r in rows.iter().filter(|r| r.state == "lost") {
+        eprintln!(
+            "livecov: {}: lost: instance {} ended without a final report (killed, or it could not write one: \
+             see its stderr); {}",
+            r.address,
+            r.instance.as_deref().unwrap_or("?"),
+            if r.file.is_some() && r.bytes.unwrap_or(0) > 0 {
+                "its last periodic report is in the merge"
+            } else {
+                "nothing of it is in the merge"
+            }
+        );
     }
     for s in found.sources.iter().filter(|s| s.error.is_some()) {
         eprintln!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or(""));
@@ -369,6 +395,26 @@ async fn collect(args: Args) -> Result<()> {
         bail!("{failed} of {} target(s) failed (see manifest.json; --allow-partial to accept this)", rows.len());
     }
     Ok(())
+}
+
+/// A left-over socket of a `--dir` where nothing answers (`gone`) is a
+/// process that ended without removing it: when a report of its instance
+/// was read, that report's row stands for it; else it is `lost`.
+fn settle_left_over_sockets(rows: &mut Vec<Row>) {
+    let reported: std::collections::HashSet<String> =
+        rows.iter().filter(|r| r.address.ends_with(".lcov")).filter_map(|r| r.instance.clone()).collect();
+    rows.retain_mut(|row| {
+        if row.state != "gone" || row.instance.is_some() || !row.source.starts_with("dir:") {
+            return true;
+        }
+        let instance = Path::new(&row.address).file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+        if instance.as_ref().is_some_and(|i| reported.contains(i)) {
+            return false;
+        }
+        row.state = "lost";
+        row.instance = instance;
+        true
+    });
 }
 
 pub fn source_json(s: &SourceStatus) -> serde_json::Value {

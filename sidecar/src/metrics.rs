@@ -52,6 +52,7 @@ pub struct Gauges<'a> {
     pub running: usize,
     pub gone: usize,
     pub error: usize,
+    pub lost: usize,
     pub instances: usize,
     pub snapshot_bytes: usize,
     pub targets: Vec<TargetGauge<'a>>,
@@ -72,11 +73,12 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
     metric(
         "livecov_sidecar_targets",
         "gauge",
-        "Targets by state (running: last answer good; error: last answer failed; gone: no longer listed or exited).",
+        "Targets by state (running: last answer good; error: last answer failed; gone: no longer listed or exited; lost: ended without a final report).",
         &[
             ("{state=\"running\"}".into(), g.running.to_string()),
             ("{state=\"error\"}".into(), g.error.to_string()),
             ("{state=\"gone\"}".into(), g.gone.to_string()),
+            ("{state=\"lost\"}".into(), g.lost.to_string()),
         ],
     );
     metric("livecov_sidecar_instances", "gauge", "Instances whose last snapshot is in the merge.", &plain(g.instances as u64));
@@ -160,6 +162,7 @@ mod tests {
             running: 1,
             gone: 1,
             error: 0,
+            lost: 0,
             instances: 2,
             snapshot_bytes: 10,
             targets: vec![TargetGauge { address: "http://1.2.3.4:1", instance: Some("a\"b"), state: "running", last_snapshot: Some(1.5) }],

@@ -119,8 +119,13 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Running,
+    /// No longer listed, or exited with a final report.
     Gone,
     Error,
+    /// Only as shown ([`Sidecar::rows`]): a process of a `--dir` that is
+    /// gone without a final report (killed, or unable to write it), so the
+    /// counts of its last moments are missing.
+    Lost,
 }
 
 impl State {
@@ -129,7 +134,26 @@ impl State {
             State::Running => "running",
             State::Gone => "gone",
             State::Error => "error",
+            State::Lost => "lost",
         }
+    }
+}
+
+/// A row's state as `/targets`, `/health` and `/metrics` show it: an
+/// ended process of a `--dir` is `gone` when its final report is in the
+/// merge (its metadata says `exited`), else `lost`.
+fn shown_state(row: &TargetRow, store: &Store) -> State {
+    let from_dir = row.report || row.source.starts_with("dir:");
+    if row.state != State::Gone || !from_dir {
+        return row.state;
+    }
+    let final_report = row.instance.as_ref().and_then(|i| store.instances.get(i)).is_some_and(|i| {
+        i.report.is_some() && i.meta.as_ref().and_then(|m| m.state.as_deref()) == Some("exited")
+    });
+    if final_report {
+        State::Gone
+    } else {
+        State::Lost
     }
 }
 
@@ -482,10 +506,10 @@ impl Sidecar {
         Ok((text, n))
     }
 
-    fn counts(&self) -> (usize, usize, usize) {
+    fn counts(&self) -> (usize, usize, usize, usize) {
         let rows = self.rows();
         let count = |s: State| rows.iter().filter(|r| r.2 == s).count();
-        (count(State::Running), count(State::Error), count(State::Gone))
+        (count(State::Running), count(State::Error), count(State::Gone), count(State::Lost))
     }
 
     /// Every target row, plus a `gone` row for each instance in the merge
@@ -494,7 +518,7 @@ impl Sidecar {
     fn rows(&self) -> Vec<(String, TargetRow, State)> {
         let store = lock(&self.store);
         let mut out: Vec<(String, TargetRow, State)> =
-            store.targets.iter().map(|(a, r)| (a.clone(), r.clone(), r.state)).collect();
+            store.targets.iter().map(|(a, r)| (a.clone(), r.clone(), shown_state(r, &store))).collect();
         let shown: std::collections::HashSet<&str> =
             store.targets.values().filter_map(|r| r.instance.as_deref()).collect();
         for (instance, i) in &store.instances {
@@ -557,7 +581,7 @@ impl Sidecar {
     }
 
     fn health_json(&self) -> String {
-        let (running, error, gone) = self.counts();
+        let (running, error, gone, lost) = self.counts();
         let instances = lock(&self.store).instances.len();
         serde_json::json!({
             "instance": self.instance,
@@ -568,7 +592,7 @@ impl Sidecar {
             "build_id": null,
             "uptime_secs": self.started.elapsed().as_secs_f64(),
             "state": "running",
-            "targets": { "running": running, "error": error, "gone": gone },
+            "targets": { "running": running, "error": error, "gone": gone, "lost": lost },
             "instances": instances,
         })
         .to_string()
@@ -585,6 +609,7 @@ impl Sidecar {
             running: count(State::Running),
             gone: count(State::Gone),
             error: count(State::Error),
+            lost: count(State::Lost),
             instances,
             snapshot_bytes,
             targets: rows

@@ -127,6 +127,7 @@ impl Endpoint {
 pub struct ReportFile {
     pub instance: String,
     pub path: PathBuf,
+    /// The later of the report's and its metadata's modification times.
     pub modified: SystemTime,
     pub size: u64,
     /// `DIR/reports/<instance>.json`, the instance's metadata, if present.
@@ -439,14 +440,17 @@ fn list_dir(dir: &Path, reset: Option<SystemTime>, exclude: &[PathBuf]) -> (Vec<
                 if !meta.is_file() {
                     continue;
                 }
-                let modified = meta.modified().unwrap_or(UNIX_EPOCH);
+                let json = path.with_extension("json");
+                // The metadata is written after the report: a change of
+                // either (`exited` after `running`) is a change to read.
+                let json_modified = std::fs::metadata(&json).and_then(|m| m.modified()).ok();
+                let modified = meta.modified().unwrap_or(UNIX_EPOCH).max(json_modified.unwrap_or(UNIX_EPOCH));
                 if reset.is_some_and(|r| modified <= r) {
                     continue;
                 }
-                let json = path.with_extension("json");
                 reports.push(ReportFile {
                     instance: instance.to_owned(),
-                    metadata: json.is_file().then_some(json),
+                    metadata: json_modified.is_some().then_some(json),
                     path,
                     modified,
                     size: meta.len(),

@@ -170,6 +170,65 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
 }
 
 #[test]
+fn processes_killed_before_their_final_report_are_lost_not_running() {
+    let dir = scratch("collect", "lost");
+    let cov = dir.join("cov");
+    let exited_cleanly = {
+        let mut r = Replica::start("127.0.0.1", None, None, &cov, &[]);
+        let instance = r.instance();
+        r.quit();
+        instance
+    };
+    // Killed with a periodic report on disk, and killed with none.
+    let mut periodic = Replica::start("127.0.0.1", None, None, &cov, &[("LIVECOV_FLUSH_SECS", "0.1")]);
+    periodic.get(&format!("/primes?limit=10"));
+    let periodic_instance = periodic.instance();
+    wait_for("a periodic report with /primes", || {
+        let r = std::fs::read_to_string(periodic.report(&periodic_instance)).ok()?;
+        (r.contains("SF:") && function_count(&r, PRIMES) == 1).then_some(())
+    });
+    periodic.kill();
+    let mut silent = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    let silent_instance = silent.instance();
+    silent.kill();
+    let cov_arg = cov.to_str().unwrap();
+
+    let out = dir.join("out");
+    let stderr = collect_ok(&["--dir", cov_arg, "-o", out.to_str().unwrap()]);
+    assert!(stderr.contains("2 instance(s) lost: ended without a final report"), "{stderr}");
+    assert!(stderr.contains(&format!("instance {silent_instance} ended without a final report")), "{stderr}");
+    let m = manifest(&out);
+    let rows = m["targets"].as_array().unwrap();
+    let state = |instance: &str| {
+        let r = rows.iter().find(|r| r["instance"] == instance).unwrap_or_else(|| panic!("no {instance} in {m}"));
+        r["state"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(state(&exited_cleanly), "gone");
+    assert_eq!(state(&periodic_instance), "lost");
+    assert_eq!(state(&silent_instance), "lost");
+    assert!(rows.iter().all(|r| r["state"] != "running"), "{m}");
+    // What the killed process had reported still counts.
+    assert_eq!(function_count(&read(&out.join("merged.lcov")), PRIMES), 1);
+
+    // The sidecar says the same in /targets, /health and /metrics.
+    let sidecar = Sidecar::start(&["--dir", cov_arg, "--listen", "127.0.0.1:0", "--poll-interval", "0.2"], None);
+    let targets = wait_for("the sidecar's first round", || {
+        let t = sidecar.targets();
+        (t.len() >= 3).then_some(t)
+    });
+    let shown = |instance: &str| {
+        targets.iter().filter(|t| t["instance"] == instance).map(|t| t["state"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(shown(&exited_cleanly), ["gone"], "{targets:?}");
+    assert_eq!(shown(&periodic_instance), ["lost"], "{targets:?}");
+    assert_eq!(shown(&silent_instance), ["lost"], "{targets:?}");
+    let health: serde_json::Value = serde_json::from_slice(&sidecar.get("/health").body).expect("JSON");
+    assert_eq!(health["targets"]["lost"], 2, "{health}");
+    let metrics = String::from_utf8(sidecar.get("/metrics").body).expect("UTF-8");
+    assert!(metrics.contains("livecov_sidecar_targets{state=\"lost\"} 2"), "{metrics}");
+}
+
+#[test]
 fn failed_targets_are_in_the_manifest_and_fail_the_step_unless_partial_is_allowed() {
     let dir = scratch("collect", "bad");
     let agent_port = free_port();
