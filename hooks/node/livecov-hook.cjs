@@ -92,6 +92,11 @@ function readConfig(env) {
       throw new Error(`LIVECOV_TOKEN_FILE=${get('TOKEN_FILE')}: ${err.message}`);
     }
   }
+  config.tcpRefusal = tcpRefusal(config, get('LISTEN_WITHOUT_TOKEN'));
+  if (config.tcpRefusal !== null) {
+    if (config.dir === null) throw new Error(config.tcpRefusal);
+    config.listen = null;
+  }
   try {
     config.ignore = new RegExp(get('IGNORE') === undefined ? DEFAULT_IGNORE : get('IGNORE'));
   } catch (err) {
@@ -118,6 +123,22 @@ function readConfig(env) {
     config.socketMode = mode;
   }
   return config;
+}
+
+/**
+ * Why LIVECOV_LISTEN is not served, or null: an address other than loopback without a token would give the
+ * coverage and POST /reset to anyone who reaches the port, so it takes a token or LIVECOV_LISTEN_WITHOUT_TOKEN=1
+ * (as the native agents).
+ */
+function tcpRefusal(config, withoutToken) {
+  if (config.listen === null || (config.token !== null && config.token !== '')) return null;
+  const { host, port } = config.listen;
+  const loopback = host === '::1' || /^127\./.test(host);
+  if (loopback || (withoutToken !== undefined && withoutToken !== '0')) return null;
+  const shown = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+  return `not listening on ${shown}: it is reachable from other hosts and no token is set; set LIVECOV_TOKEN ` +
+    '(or LIVECOV_TOKEN_FILE) to require one, listen on 127.0.0.1, or set LIVECOV_LISTEN_WITHOUT_TOKEN=1 to serve ' +
+    'it to anyone who reaches the port';
 }
 
 /** `127.0.0.1:9464`, `0.0.0.0:9464` or `[::1]:9464`: an IP address and a port, as the native agents take it. */
@@ -1301,6 +1322,7 @@ class Hook {
       this.listenUnix();
     }
     if (this.config.listen !== null) this.listenTcp();
+    if (this.config.tcpRefusal !== null) complain(`${this.config.tcpRefusal} (the socket in LIVECOV_DIR serves)`);
     this.writeMetadata('running');
     process.on('exit', () => guarded('no final report', () => this.finish()));
     for (const signal of ['SIGTERM', 'SIGINT']) {

@@ -608,6 +608,35 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_without_the_hook() {
 }
 
 #[test]
+fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
+    let dir = scratch("hooks_node", "tcp-refused");
+    let refusal = "livecov: not listening on 0.0.0.0:0: it is reachable from other hosts and no token is set";
+    // With LIVECOV_DIR: one line, and the socket serves.
+    let mut cmd = node_with_hook(&http_app(), &[], &dir.join("cov"));
+    cmd.env("LIVECOV_LISTEN", "0.0.0.0:0").current_dir(&dir);
+    let (status, stderr) = hello_and_quit(cmd);
+    assert!(status.success(), "{status}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with(refusal) && stderr.contains("LIVECOV_LISTEN_WITHOUT_TOKEN=1"), "{stderr}");
+    let reports: Vec<_> = std::fs::read_dir(dir.join("cov/reports")).expect("reports").flatten().collect();
+    assert!(reports.iter().any(|e| e.path().extension().is_some_and(|x| x == "lcov")), "no final report");
+    // Without it: not started.
+    let mut cmd = node_with_hook(&http_app(), &[], &dir.join("cov"));
+    cmd.env_remove("LIVECOV_DIR").env("LIVECOV_LISTEN", "0.0.0.0:0").current_dir(&dir);
+    let (_, stderr) = hello_and_quit(cmd);
+    assert!(stderr.starts_with(&format!("livecov: not started: {}", &refusal["livecov: ".len()..])), "{stderr}");
+    // Asked for: served without a token.
+    let app = start("tcp-open", &http_app(), &[], &[("LIVECOV_LISTEN", "0.0.0.0:0"), ("LIVECOV_LISTEN_WITHOUT_TOKEN", "1")]);
+    let socket = socket(&app);
+    let tcp = wait_for("the TCP address", Duration::from_millis(20), || {
+        unix_request(&socket, "GET", "/health", &[]).json()["tcp"].as_str().map(str::to_owned)
+    });
+    let port = tcp.rsplit(':').next().expect("a port");
+    let s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect to LIVECOV_LISTEN");
+    assert_eq!(exchange(s, "GET", "/health", &[]).status, 200);
+}
+
+#[test]
 fn reports_are_written_every_livecov_flush_secs() {
     let app = start("flush", &http_app(), &[], &[("LIVECOV_FLUSH_SECS", "0.2")]);
     let instance = node_instance(&app.cov, app.child.id());
