@@ -44,6 +44,7 @@ on_every_python!(
     a_function_is_uncovered_before_its_call_and_covered_after,
     reset_and_test_names_give_per_test_reports,
     a_forked_child_is_an_instance_of_its_own_counting_from_zero,
+    a_program_with_threads_of_its_own_still_gets_pythons_fork_warning,
     multiprocessing_children_forked_leave_their_final_reports_at_os_exit,
     os_exit_of_the_program_leaves_the_final_report_and_its_status,
     sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status,
@@ -536,6 +537,25 @@ fn a_forked_child_is_an_instance_of_its_own_counting_from_zero(py: Python) {
     for lines in [&before, &child_lines, &parent_lines] {
         assert!(counts(&merged, "/forker.py", lines).iter().all(|&c| c == 1), "{merged}");
     }
+    // Python 3.12+ warns at a fork with threads: the hook's must not make it so.
+    assert!(script.stderr().is_empty(), "{}", script.stderr());
+}
+
+/// Whether the interpreter warns at a fork in a multi-threaded process (3.12+).
+fn warns_at_fork_with_threads(py: Python) -> bool {
+    let out = run_checked(py.command("python").args(["-c", "import sys; print(sys.version_info >= (3, 12))"]), "python -c");
+    String::from_utf8_lossy(&out.stdout).trim() == "True"
+}
+
+fn a_program_with_threads_of_its_own_still_gets_pythons_fork_warning(py: Python) {
+    let mut script = Script::start(py, "fork-thread", &["forker.py", "--thread"], &[]);
+    let lines = [script.line(), script.line()];
+    assert!(lines.iter().any(|l| l.starts_with("child ")), "forker.py said {lines:?}; stderr: {}", script.stderr());
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    let stderr = script.stderr();
+    let warned = stderr.contains("DeprecationWarning: This process") && stderr.contains("is multi-threaded, use of fork()");
+    assert_eq!(warned, warns_at_fork_with_threads(py), "stderr: {stderr}");
+    assert!(!stderr.contains("livecov:"), "{stderr}");
 }
 
 fn multiprocessing_children_forked_leave_their_final_reports_at_os_exit(py: Python) {

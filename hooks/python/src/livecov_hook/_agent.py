@@ -16,6 +16,9 @@ Hooks into the process, installed once:
 - os._exit, which skips atexit (multiprocessing's forked children end with
   it): replaced by a function that writes the same final report, then calls
   the original with the program's status;
+- os.fork and os.forkpty on Python 3.12+: replaced by functions that call
+  the originals without the warning about a multi-threaded process when
+  only the hook's threads make it one, as it would be without the hook;
 - SIGTERM/SIGINT, only where the program left the default action (SIG_DFL):
   the handler puts the default back and wakes the engine thread, nothing
   else; that thread writes the final report and raises the signal again, so
@@ -37,11 +40,13 @@ import functools
 import json
 import os
 import queue
+import re
 import signal
 import sys
 import threading
 import time
-from typing import NoReturn
+import warnings
+from typing import Callable, NoReturn, TypeVar
 
 from . import __version__, _threads
 from ._config import Config, ConfigError, from_env
@@ -60,6 +65,10 @@ _tried = False
 _hooks_installed = False
 # The agent whose lock the forking thread holds (see _before_fork).
 _fork_held: Agent | None = None
+T = TypeVar("T")
+# CPython 3.12+'s warning at os.fork() (and os.forkpty()) with more than one
+# thread in the process; it counts the threads in /proc/self/stat.
+_FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork(pty)?\(\) may lead to deadlocks"
 
 
 def complain(message: str) -> None:
@@ -85,6 +94,8 @@ def start() -> str | None:
         return None
     if config is None:
         return None
+    if config.tcp_refusal is not None:
+        complain(f"{config.tcp_refusal} (the socket in LIVECOV_DIR serves)")
     agent = None
     try:
         engine = Engine(config)
@@ -144,7 +155,7 @@ class Agent:
         self.finished = False
         self.engine_running = False
         self.server: Server | None = None
-        self._thread = threading.Thread(target=self._run, name="livecov-engine", daemon=True)
+        self._thread = _threads.Thread(target=self._run, name="livecov-engine", daemon=True)
 
     # -- start ---------------------------------------------------------------
 
@@ -358,6 +369,9 @@ def _install_hooks() -> None:
     # Looked up as os._exit at every call (multiprocessing's popen_fork does),
     # so replacing the attribute reaches every caller but C code.
     os._exit = _exit_after_final_report
+    if sys.version_info >= (3, 12):
+        os.fork = _without_our_fork_warning(os.fork)
+        os.forkpty = _without_our_fork_warning(os.forkpty)
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                         after_in_child=_after_fork_in_child)
 
@@ -428,6 +442,47 @@ def _before_fork() -> None:
             _fork_held = agent
     except Exception as e:
         complain(f"before fork: {e}")
+
+
+def _without_our_fork_warning(fork: Callable[[], T]) -> Callable[[], T]:
+    """`fork` (os.fork, os.forkpty) without Python 3.12+'s warning about a
+    multi-threaded process when the hook's threads are what makes it so. The
+    warning comes after the fork's hooks in some versions (3.13), before them
+    in others (3.12), so this is around the whole call. CPython would
+    attribute it to this function: it is caught here and, when the program
+    has threads of its own, warned again from the program's call, where the
+    program's filters treat it as they would without the hook."""
+
+    @functools.wraps(fork)
+    def fork_quietly() -> T:
+        with warnings.catch_warnings(record=True) as caught:
+            # Whatever the program's filters say, recorded here; they apply below.
+            warnings.filterwarnings("always", message=_FORK_WARNING, category=DeprecationWarning)
+            ours_only = _threads_in_process() - _threads.count() <= 1
+            pid = fork()
+        for w in caught:
+            if w.category is DeprecationWarning and re.match(_FORK_WARNING, str(w.message)):
+                if not ours_only:
+                    try:
+                        warnings.warn(w.message, stacklevel=2)
+                    except Exception:
+                        pass  # an "error" filter: CPython drops its own failing warning too
+            else:  # another warning, already filtered: shown as it would have been
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+        return pid
+
+    return fork_quietly
+
+
+def _threads_in_process() -> int:
+    """The process's threads, as CPython counts them for its fork warning."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        # Fields after the command name (which may hold spaces), from the 3rd on.
+        return int(stat[stat.rindex(b")") + 2 :].split()[17])
+    except (OSError, ValueError, IndexError):
+        return threading.active_count()
 
 
 def _after_fork_in_parent() -> None:

@@ -34,6 +34,8 @@ class Config:
     path_map: list[tuple[str, str]] = field(default_factory=list)
     # Mode of the socket file.
     socket_mode: int = 0o600
+    # Why LIVECOV_LISTEN is not served (see _tcp_refusal), said once on stderr.
+    tcp_refusal: str | None = None
 
 
 def from_env(environ: os._Environ[str] | dict[str, str] = os.environ) -> Config | None:
@@ -59,6 +61,11 @@ def from_env(environ: os._Environ[str] | dict[str, str] = os.environ) -> Config 
                 config.token = f.read().strip()
         except OSError as e:
             raise ConfigError(f"LIVECOV_TOKEN_FILE={token_file}: {e.strerror or e}") from None
+    config.tcp_refusal = _tcp_refusal(config, var("LISTEN_WITHOUT_TOKEN"))
+    if config.tcp_refusal is not None:
+        if config.dir is None:
+            raise ConfigError(config.tcp_refusal)
+        config.listen = None
 
     ignore = var("IGNORE")
     if ignore is not None:
@@ -95,6 +102,24 @@ def from_env(environ: os._Environ[str] | dict[str, str] = os.environ) -> Config 
             raise ConfigError(f"LIVECOV_SOCKET_MODE={mode!r} is not an octal file mode such as 0600")
         config.socket_mode = value
     return config
+
+
+def _tcp_refusal(config: Config, without_token: str | None) -> str | None:
+    """Why config.listen is not served, or None: an address other than
+    loopback without a token would give the coverage and POST /reset to anyone
+    who reaches the port, so it takes a token or LIVECOV_LISTEN_WITHOUT_TOKEN=1
+    (as the native agents)."""
+    if config.listen is None or config.token:
+        return None
+    host, port = config.listen
+    if ipaddress.ip_address(host).is_loopback or (without_token is not None and without_token != "0"):
+        return None
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return (
+        f"not listening on {shown}: it is reachable from other hosts and no token is set; set LIVECOV_TOKEN "
+        "(or LIVECOV_TOKEN_FILE) to require one, listen on 127.0.0.1, or set LIVECOV_LISTEN_WITHOUT_TOKEN=1 "
+        "to serve it to anyone who reaches the port"
+    )
 
 
 def _parse_listen(value: str | None) -> tuple[str, int] | None:

@@ -277,7 +277,7 @@ class Server:
             self._remove_socket_file()
             raise
         self._closing = False
-        self._thread = threading.Thread(target=self._serve, name="livecov-accept", daemon=True)
+        self._thread = _threads.Thread(target=self._serve, name="livecov-accept", daemon=True)
 
     def start(self) -> None:
         _threads.start(self._thread)
@@ -372,7 +372,7 @@ class Server:
             # Started from the accept thread, which blocks the signals already;
             # through _threads all the same, so that no thread of the hook
             # depends on who started it.
-            _threads.start(threading.Thread(target=self._connection, args=(conn, tcp), name="livecov-conn", daemon=True))
+            _threads.start(_threads.Thread(target=self._connection, args=(conn, tcp), name="livecov-conn", daemon=True))
         except RuntimeError:  # no thread to be had (interpreter shutting down)
             self._forget(conn)
 

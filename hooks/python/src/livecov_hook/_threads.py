@@ -10,6 +10,9 @@ thread starts with its creator's mask, and Python has no way to set a new
 thread's mask before it runs, so the creating thread blocks them around
 Thread.start() and puts its own mask back at once.
 
+count() tells how many there are, for the fork warning of Python 3.12+
+(_agent.py).
+
 The synchronous signals stay unblocked: the kernel sends them to the thread
 that faulted, and blocked they would kill the process instead of reaching a
 handler (faulthandler's, for one).
@@ -24,10 +27,19 @@ _SYNCHRONOUS = {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, sig
 ASYNCHRONOUS = frozenset(signal.valid_signals()) - _SYNCHRONOUS
 
 
-def start(thread: threading.Thread) -> None:
+class Thread(threading.Thread):
+    """A thread of the hook: what count() counts."""
+
+
+def start(thread: Thread) -> None:
     """`thread.start()`, the thread blocking every asynchronous signal."""
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, ASYNCHRONOUS)
     try:
         thread.start()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def count() -> int:
+    """How many threads of the hook run now."""
+    return sum(isinstance(t, Thread) for t in threading.enumerate())
