@@ -5,6 +5,7 @@
 test: deps
 	cargo build --workspace --all-targets
 	cargo test --workspace
+	tests/scripts/check-versions.sh
 
 deps:
 	@tests/scripts/install-deps.sh

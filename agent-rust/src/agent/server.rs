@@ -38,7 +38,7 @@
 //! socket needs no token: its file mode protects it.
 //!
 //! The exception: a request hyper cannot parse at all (garbage bytes, a head
-//! over the limits, a header timeout) is answered by hyper itself with a bare
+//! over its read buffer, a header timeout) is answered by hyper itself with a bare
 //! `400`/`431` (or the connection is closed), without `Livecov-Instance` nor
 //! a JSON body, since such a request never reaches the router.
 //!
@@ -550,9 +550,11 @@ async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(ctx.limits.header_read_timeout)
-        .max_header_size(ctx.limits.max_header_bytes)
-        .max_headers(ctx.limits.max_headers)
-        // hyper's minimum is 8192 (it panics below).
+        // The read buffer bounds what hyper holds of a head (`431` beyond;
+        // hyper's minimum is 8192, it panics below). The exact limits are
+        // checked on the parsed head by `head_over_limits`: hyper 1.1, the
+        // oldest the agent builds with (services lock it), has no
+        // `max_header_size` nor `max_headers`.
         .max_buf_size(ctx.limits.max_header_bytes.saturating_add(1024).max(8192))
         .keep_alive(true);
     let http = Arc::new(http);
@@ -656,6 +658,9 @@ type Resp = Response<Full<Bytes>>;
 const ROUTES: &str = "GET /coverage, POST /reset, GET /health";
 
 async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
+    if let Some(e) = head_over_limits(&req, &ctx.limits) {
+        return error(&e);
+    }
     if tcp {
         if let Some(token) = &ctx.token {
             if !authorized(req.headers().get(header::AUTHORIZATION), token) {
@@ -705,6 +710,25 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
         },
     };
     result.unwrap_or_else(|e| error(&e))
+}
+
+/// `431` for a head with more than [`Limits::max_headers`] headers or over
+/// [`Limits::max_header_bytes`], counted as sent up to optional whitespace:
+/// the request line, each `name: value` line and the blank line.
+fn head_over_limits<B>(req: &Request<B>, limits: &Limits) -> Option<ApiError> {
+    let headers = req.headers();
+    if headers.len() > limits.max_headers {
+        return Some(ApiError::new(431, format!("more than {} request headers", limits.max_headers)));
+    }
+    let uri = req.uri();
+    let target = uri.scheme_str().map_or(0, |s| s.len() + "://".len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.path_and_query().map_or(0, |p| p.as_str().len());
+    let line = req.method().as_str().len() + " ".len() + target + " HTTP/1.1\r\n".len();
+    let fields: usize = headers.iter().map(|(k, v)| k.as_str().len() + ": ".len() + v.len() + "\r\n".len()).sum();
+    let size = line + fields + "\r\n".len();
+    (size > limits.max_header_bytes)
+        .then(|| ApiError::new(431, format!("request head over {} bytes", limits.max_header_bytes)))
 }
 
 /// Reads (and discards) a request body of at most [`MAX_BODY_BYTES`].
