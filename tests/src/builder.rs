@@ -122,7 +122,7 @@ pub(crate) fn build_cargo(manifest_dir: &Path, target_dir: &Path, binary: &str) 
 
 /// Drops what the outer cargo (running these tests) or the user set that would
 /// change a nested cargo build: target dir, wrappers, flags, profiles...
-pub(crate) fn without_outer_cargo(command: &mut Command) {
+pub fn without_outer_cargo(command: &mut Command) {
     for (key, _) in std::env::vars_os() {
         let key = key.to_string_lossy();
         let interferes = (key.starts_with("CARGO") && key != "CARGO_HOME")

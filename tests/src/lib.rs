@@ -44,6 +44,7 @@ mod specs;
 mod tools;
 mod wait;
 
+pub use builder::without_outer_cargo;
 pub use cli::livecov_bin;
 pub use oracle::{merge_profdata, oracle_lcov, profdata_tool};
 pub use tools::{llvm_tool, run_checked, workspace_root};

@@ -756,6 +756,33 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_on() {
     assert!(!script.cov.exists(), "the hook made its directory anyway");
 }
 
+#[test]
+fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
+    // Refused: one line, and the socket serves.
+    let mut refused = Script::plain(Python::System, "tcp-refused", &[], &[("LIVECOV_LISTEN", "0.0.0.0:0")]);
+    assert_eq!(refused.get("/health").json()["tcp"], serde_json::Value::Null);
+    refused.send("exit");
+    assert!(refused.wait().success());
+    let stderr = refused.stderr();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("livecov: not listening on 0.0.0.0:0: it is reachable from other hosts and no token is set")
+            && stderr.contains("LIVECOV_LISTEN_WITHOUT_TOKEN=1"),
+        "{stderr}"
+    );
+    // Asked for: served without a token.
+    let open = Script::plain(
+        Python::System,
+        "tcp-open",
+        &[],
+        &[("LIVECOV_LISTEN", "0.0.0.0:0"), ("LIVECOV_LISTEN_WITHOUT_TOKEN", "1")],
+    );
+    let tcp = open.get("/health").json()["tcp"].as_str().expect("a TCP address").to_owned();
+    let port = tcp.rsplit(':').next().expect("a port");
+    let s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).expect("connect to LIVECOV_LISTEN");
+    assert_eq!(livecov_tests::http::exchange(s, "GET", "/health", &[]).status, 200);
+}
+
 // ---------------------------------------------------------------- gunicorn
 
 /// The requests of the comparison: every route but the one no test calls,
