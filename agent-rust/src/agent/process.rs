@@ -127,13 +127,19 @@ extern "C" fn on_signal(signal: libc::c_int) {
 /// and the signal raised again on this thread, where it is blocked until
 /// the handler returns, then ends the process.
 fn end_as_the_signal_would(signal: libc::c_int) {
-    // Safety: sigaction and raise are async-signal-safe.
+    set_default_action(signal);
+    // Safety: raise is async-signal-safe.
+    unsafe { libc::raise(signal) };
+}
+
+/// `signal` back to its default action (async-signal-safe: one sigaction).
+fn set_default_action(signal: libc::c_int) {
+    // Safety: a zeroed sigaction with SIG_DFL and an empty mask.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(signal, &action, std::ptr::null_mut());
-        libc::raise(signal);
     }
 }
 
@@ -165,13 +171,7 @@ pub fn install_signal_handlers() {
 pub fn restore_signal_handlers() {
     for signal in [libc::SIGTERM, libc::SIGINT] {
         if ours(signal) {
-            // Safety: restoring the default action.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = libc::SIG_DFL;
-                libc::sigemptyset(&mut action.sa_mask);
-                libc::sigaction(signal, &action, std::ptr::null_mut());
-            }
+            set_default_action(signal);
         }
     }
 }
@@ -195,14 +195,9 @@ fn ours(signal: i32) -> bool {
 /// held thread just goes on.
 pub fn reraise(signal: i32) {
     if ours(signal) {
-        // Safety: restoring the default action and raising the signal again.
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = libc::SIG_DFL;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-            libc::kill(libc::getpid(), signal);
-        }
+        set_default_action(signal);
+        // Safety: a signal to this process.
+        unsafe { libc::kill(libc::getpid(), signal) };
     }
     release_held_thread();
 }
