@@ -646,7 +646,7 @@ fn a_signal_the_program_blocks_and_waits_for_reaches_its_sigwait(py: Python) {
             let mut instance = None;
             if hooked {
                 instance = Some(script.instance());
-                let mut stream = UnixStream::connect(script.socket()).expect("connect to the hook");
+                let mut stream = livecov_tests::http::connect_unix(&script.socket());
                 stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").expect("send");
                 let mut answer = [0u8; 12];
                 stream.read_exact(&mut answer).expect("the start of the answer");
