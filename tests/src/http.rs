@@ -82,7 +82,10 @@ pub fn unix_request(socket: &Path, method: &str, path: &str, headers: &[&str]) -
 /// bytes a socket address holds (a checkout in a deep folder): through the
 /// descriptor of its folder, as livecov's own clients do.
 pub fn connect_unix(socket: &Path) -> UnixStream {
-    let connected = livecov::agent::connection::socket_address(socket)
-        .and_then(|(address, _folder)| UnixStream::connect(address));
-    connected.unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))
+    try_connect_unix(socket).unwrap_or_else(|e| panic!("connect to {}: {e}", socket.display()))
+}
+
+/// [`connect_unix`], for a socket that may not listen yet.
+pub fn try_connect_unix(socket: &Path) -> std::io::Result<UnixStream> {
+    livecov::agent::connection::socket_address(socket).and_then(|(address, _folder)| UnixStream::connect(address))
 }

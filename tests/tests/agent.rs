@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -271,11 +270,11 @@ fn bad_clients_and_concurrent_dumps_do_not_hurt_the_service() {
     let s = start("abuse", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
     let socket = s.socket();
     // Garbage, a 1 MiB header, and a client that never finishes.
-    let mut garbage = UnixStream::connect(&socket).expect("connect");
+    let mut garbage = livecov_tests::http::connect_unix(&socket);
     garbage.write_all(&[0xde, 0xad, 0xbe, 0xef, b'\r', b'\n', b'\r', b'\n']).expect("send garbage");
-    let mut huge = UnixStream::connect(&socket).expect("connect");
+    let mut huge = livecov_tests::http::connect_unix(&socket);
     let _ = huge.write_all(format!("GET /coverage HTTP/1.1\r\nx-big: {}\r\n\r\n", "a".repeat(1 << 20)).as_bytes());
-    let mut stalled = UnixStream::connect(&socket).expect("connect");
+    let mut stalled = livecov_tests::http::connect_unix(&socket);
     stalled.write_all(b"GET /cover").expect("send half a request");
 
     // 100 concurrent dumps while the service serves its own traffic.

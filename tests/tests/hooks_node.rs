@@ -451,7 +451,7 @@ fn the_protocol_routes_answer_as_the_native_agents_do() {
     assert_eq!(r.status, 431, "a request head over 16 KiB: {}", body(&r));
     assert_eq!(r.header("livecov-instance"), Some(instance.as_str()));
     // Garbage is a 400, and the program runs on.
-    let s = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    let s = livecov_tests::http::connect_unix(&socket);
     let r = {
         use std::io::{Read, Write};
         let mut s = s;

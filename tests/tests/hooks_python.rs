@@ -10,7 +10,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
@@ -435,7 +434,7 @@ fn health_errors_and_limits() {
 
     // Bad clients get an answer and the program does not notice.
     let raw = |bytes: &[u8]| {
-        let mut s = UnixStream::connect(&socket).expect("connect");
+        let mut s = livecov_tests::http::connect_unix(&socket);
         s.write_all(bytes).expect("send");
         let mut out = Vec::new();
         s.read_to_end(&mut out).expect("read");
@@ -447,7 +446,7 @@ fn health_errors_and_limits() {
     huge.extend_from_slice(b"\r\n\r\n");
     error(&raw(&huge), 431, "head");
     // Two requests on one kept-alive connection.
-    let mut s = UnixStream::connect(&socket).expect("connect");
+    let mut s = livecov_tests::http::connect_unix(&socket);
     s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\nGET /coverage HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").expect("send");
     let mut both = String::new();
     s.read_to_string(&mut both).expect("read");
@@ -845,7 +844,7 @@ impl Gunicorn {
             .expect("start gunicorn");
         let g = Gunicorn { child, dir, cov, app_socket };
         poll("gunicorn to serve", || {
-            let s = UnixStream::connect(&g.app_socket).ok()?;
+            let s = livecov_tests::http::try_connect_unix(&g.app_socket).ok()?;
             (exchange(s, "GET", "/", &[]).status == 200).then_some(())
         });
         g
