@@ -4,8 +4,8 @@
 # Installs every prerequisite (idempotently), then runs all tests.
 test: deps
 	cargo build --workspace --all-targets
-	cargo test --workspace
 	tests/scripts/check-versions.sh
+	cargo test --workspace
 
 deps:
 	@tests/scripts/install-deps.sh
