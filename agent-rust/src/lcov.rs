@@ -413,9 +413,31 @@ fn demangle_symbol(name: &str) -> Option<String> {
     None
 }
 
+/// Applies `from=to` prefix rewrites to `SF:` lines.
+pub fn map_paths(report: String, map: &[(String, String)]) -> String {
+    if map.is_empty() {
+        return report;
+    }
+    let mut out = String::with_capacity(report.len());
+    for line in report.split_inclusive('\n') {
+        let rewritten = line.strip_prefix("SF:").and_then(|path| {
+            map.iter().find_map(|(from, to)| path.strip_prefix(from.as_str()).map(|rest| format!("SF:{to}{rest}")))
+        });
+        out.push_str(rewritten.as_deref().unwrap_or(line));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::demangle;
+    use super::{demangle, map_paths};
+
+    #[test]
+    fn path_map_rewrites_only_source_lines() {
+        let report = "SF:/build/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n".to_owned();
+        let map = vec![("/build".to_owned(), "/src".to_owned())];
+        assert_eq!(map_paths(report, &map), "SF:/src/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n");
+    }
 
     #[test]
     fn internal_linkage_names_keep_their_file() {

@@ -9,13 +9,16 @@
 //!   from the object file and cached);
 //! - [`profile`]: where the counters come from (raw profiles on disk; live
 //!   memory implements [`coverage::CounterSource`] the same way);
-//! - [`coverage`] and [`lcov`]: the computation and the report.
+//! - [`coverage`] and [`lcov`]: the computation and the report;
+//! - [`fleet`]: the same split across processes, for a collector that
+//!   merges the counters of many processes of one build exactly.
 
 #[cfg(feature = "agent")]
 pub mod agent;
 mod bytes;
 pub mod coverage;
 pub mod error;
+pub mod fleet;
 pub mod lcov;
 pub mod mapping;
 pub mod profile;

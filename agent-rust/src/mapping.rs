@@ -195,6 +195,16 @@ impl CoverageMapping {
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
     }
 
+    /// Appends the functions of one object given as the contents of its
+    /// `__llvm_covmap` and `__llvm_covfun` sections and the table of its
+    /// `__llvm_prf_names`: what [`add_object`](Self::add_object) reads from
+    /// the object file, for a reader that gets the sections alone (a
+    /// collector fed by agents, see `crate::fleet`).
+    pub fn add_module_sections(&mut self, covmap: &[u8], covfun: &[u8], names: &NameTable, endian: Endian) -> Result<()> {
+        let tables = self.read_covmap(covmap, endian)?;
+        self.read_covfun(covfun, &tables, |name_ref| names.get(name_ref), endian)
+    }
+
     /// Decodes `__llvm_covmap` and `__llvm_covfun` section contents.
     /// `names` maps a name reference to its function name.
     pub fn add_sections<S: BuildHasher>(

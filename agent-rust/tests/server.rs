@@ -44,9 +44,10 @@ impl Service for Fake {
             Format::Lcov => "text/plain; charset=utf-8",
             Format::Profraw => "application/octet-stream",
             Format::Json => "application/json",
+            Format::Counters | Format::Mapping => "application/gzip",
         };
         let tn = q.test.clone().unwrap_or_default();
-        Ok(Body { content_type, bytes: format!("TN:{tn}\ncall={n}\nreset={}\nend_of_record\n", q.reset).into_bytes() })
+        Ok(Body { content_type, bytes: format!("TN:{tn}\ncall={n}\nreset={}\nend_of_record\n", q.reset).into_bytes(), mapping: None })
     }
 
     fn reset(&self) -> Result<(), ApiError> {

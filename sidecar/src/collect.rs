@@ -18,6 +18,8 @@ use hyper::body::Bytes;
 use crate::client::{self, CoverageQuery, Target};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome, Progress};
 use crate::output::{write_output, write_outputs, Output};
+use livecov::fleet::BuildMapping;
+
 use crate::snapshot::{self, file_name_for, rfc3339, Meta};
 use crate::targets::{Discovery, ReportFile, Replicas, Source, SourceStatus};
 
@@ -55,6 +57,11 @@ pub struct TargetArgs {
     /// Refuse answers larger than this many MiB (bounds memory per target).
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub max_size: u64,
+    /// Merge the instances of one build exactly: their counters summed as
+    /// llvm-profdata merges profiles, one LCOV computed from the sum as
+    /// llvm-cov does (LLVM agents; others merge as LCOV).
+    #[arg(long)]
+    pub exact: bool,
 }
 
 /// Seconds, as a positive decimal number.
@@ -86,6 +93,7 @@ impl TargetArgs {
             max_body: usize::try_from(self.max_size << 20).unwrap_or(usize::MAX),
             parallelism: usize::from(self.parallelism),
             retries: 1,
+            mappings: self.exact.then(Arc::default),
         })
     }
 
@@ -136,6 +144,8 @@ struct Row {
     state: &'static str,
     instance: Option<String>,
     meta: Option<Meta>,
+    /// The exact group (build mapping id) the instance was merged in.
+    group: Option<String>,
     file: Option<String>,
     bytes: Option<usize>,
     started: SystemTime,
@@ -156,6 +166,7 @@ impl Row {
             "program": meta.program,
             "build_id": meta.build_id,
             "pid": meta.pid,
+            "group": self.group,
             "file": self.file,
             "bytes": self.bytes,
             "started": rfc3339(self.started),
@@ -184,7 +195,7 @@ async fn collect(args: Args) -> Result<()> {
     std::fs::create_dir_all(&instances_dir).with_context(|| format!("cannot create {}", instances_dir.display()))?;
     drop(Output::open(Some(&args.output.join("manifest.json")))?);
     for e in std::fs::read_dir(&instances_dir).with_context(|| format!("cannot list {}", instances_dir.display()))?.flatten() {
-        if e.file_name().to_str().is_some_and(|n| n.ends_with(".lcov")) {
+        if e.file_name().to_str().is_some_and(|n| n.ends_with(".lcov") || n.ends_with(".profraw")) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -209,6 +220,8 @@ async fn collect(args: Args) -> Result<()> {
     // newer live answer.
     let mut rows = Vec::new();
     let mut texts: BTreeMap<String, Bytes> = BTreeMap::new();
+    // Instances merged exactly: their build mapping and counters.
+    let mut exact: BTreeMap<String, (Arc<BuildMapping>, Bytes)> = BTreeMap::new();
     let mut taken: BTreeMap<String, SystemTime> = BTreeMap::new();
     for f in &fetched {
         let mut row = Row {
@@ -217,6 +230,7 @@ async fn collect(args: Args) -> Result<()> {
             state: "running",
             instance: None,
             meta: None,
+            group: None,
             file: None,
             bytes: None,
             started: f.started,
@@ -229,12 +243,25 @@ async fn collect(args: Args) -> Result<()> {
                 row.instance = Some(instance.clone());
                 row.meta = meta.clone();
                 row.bytes = Some(body.len());
-                if texts.contains_key(instance) {
+                if texts.contains_key(instance) || exact.contains_key(instance) {
                     row.error = Some(format!("instance {instance} answered on another target too: counted once"));
                 } else {
                     texts.insert(instance.clone(), body.clone());
                     taken.insert(instance.clone(), f.started);
                     row.file = Some(format!("instances/{}.lcov", file_name_for(instance)));
+                }
+            }
+            Outcome::Counters { instance, counters, mapping, meta } => {
+                row.instance = Some(instance.clone());
+                row.meta = meta.clone();
+                row.bytes = Some(counters.len());
+                if texts.contains_key(instance) || exact.contains_key(instance) {
+                    row.error = Some(format!("instance {instance} answered on another target too: counted once"));
+                } else {
+                    exact.insert(instance.clone(), (mapping.clone(), counters.clone()));
+                    taken.insert(instance.clone(), f.started);
+                    row.group = Some(mapping.id().to_owned());
+                    row.file = Some(format!("instances/{}.profraw", file_name_for(instance)));
                 }
             }
             Outcome::Gone(why) => {
@@ -269,6 +296,7 @@ async fn collect(args: Args) -> Result<()> {
             state: if error.is_some() { "error" } else { ended },
             instance: Some(report.instance.clone()),
             meta,
+            group: None,
             file: None,
             bytes: body.as_ref().map(|b| b.len()),
             started: row_started,
@@ -284,32 +312,47 @@ async fn collect(args: Args) -> Result<()> {
             // A live answer older than the report (the process exited
             // meanwhile) is replaced by the report.
             texts.insert(report.instance.clone(), body);
+            exact.remove(&report.instance);
             row.file = Some(format!("instances/{}.lcov", file_name_for(&report.instance)));
             for r in rows.iter_mut().filter(|r| r.instance.as_deref() == Some(report.instance.as_str())) {
                 r.file = None;
+                r.group = None;
             }
         }
         rows.push(row);
     }
 
     // Write the instances and their merge.
-    let files: Vec<(PathBuf, &[u8])> = texts
-        .iter()
-        .map(|(instance, body)| (instances_dir.join(format!("{}.lcov", file_name_for(instance))), &body[..]))
-        .collect();
-    write_outputs(&files)?;
-    let merger = {
+    let (merged, profraws) = {
         let inputs: Vec<(String, Bytes)> = texts.iter().map(|(i, b)| (i.clone(), b.clone())).collect();
+        let exact = exact.clone();
+        let (test, max_body) = (args.test.clone(), options.max_body);
         tokio::task::spawn_blocking(move || {
-            snapshot::merge_texts(inputs.iter().map(|(i, b)| (i.as_str(), &b[..])), None)
+            let profraws = exact_profraws(&exact, max_body);
+            let groups = snapshot::exact_groups(exact.iter().map(|(i, (m, c))| (i.as_str(), m, c)), test.as_deref(), max_body)?;
+            let merged = snapshot::merge_all(&inputs, &groups, None)?;
+            Ok::<_, String>((merged, profraws))
         })
         .await
         .context("the merge failed")?
         .map_err(anyhow::Error::msg)?
     };
-    let totals = merger.totals();
+    let mut files: Vec<(PathBuf, &[u8])> = texts
+        .iter()
+        .map(|(instance, body)| (instances_dir.join(format!("{}.lcov", file_name_for(instance))), &body[..]))
+        .collect();
+    for (instance, profraw) in &profraws {
+        files.push((instances_dir.join(format!("{}.profraw", file_name_for(instance))), &profraw[..]));
+    }
+    write_outputs(&files)?;
+    for r in rows.iter_mut().filter(|r| r.group.is_some()) {
+        if !r.instance.as_ref().is_some_and(|i| profraws.contains_key(i)) {
+            r.file = None;
+        }
+    }
+    let totals = snapshot::totals(&merged);
     let merged_path = args.output.join("merged.lcov");
-    Output::open(Some(&merged_path))?.commit_with(|w| merger.write_to(w))?;
+    write_output(Some(&merged_path), merged.as_bytes())?;
 
     let mut reset_errors = Vec::new();
     if args.reset {
@@ -326,7 +369,8 @@ async fn collect(args: Args) -> Result<()> {
         "started": rfc3339(started),
         "duration_ms": (clock.elapsed().as_secs_f64() * 1000.0).round() as u64,
         "merged": "merged.lcov",
-        "instances": texts.len(),
+        "instances": texts.len() + exact.len(),
+        "groups": groups_json(&exact),
         "targets_failed": failed,
         "totals": {
             "records": totals.records,
@@ -344,7 +388,7 @@ async fn collect(args: Args) -> Result<()> {
 
     eprintln!(
         "livecov: collected {} instance(s) from {} target(s) into {}: lines {}/{}, functions {}/{}, branches {}/{}{}",
-        texts.len(),
+        texts.len() + exact.len(),
         rows.len(),
         args.output.display(),
         totals.lines_hit,
@@ -395,6 +439,34 @@ async fn collect(args: Args) -> Result<()> {
         bail!("{failed} of {} target(s) failed (see manifest.json; --allow-partial to accept this)", rows.len());
     }
     Ok(())
+}
+
+/// Each exact instance's counters as a raw profile (what its
+/// `?format=profraw` would have been), for `instances/`; an instance whose
+/// modules livecov does not write as profraw has no file.
+fn exact_profraws(exact: &BTreeMap<String, (Arc<BuildMapping>, Bytes)>, max_body: usize) -> BTreeMap<String, Vec<u8>> {
+    exact
+        .iter()
+        .filter_map(|(instance, (mapping, counters))| {
+            let document = livecov::fleet::gunzip("counters", counters, max_body).ok()?;
+            Some((instance.clone(), mapping.profraw(&document).ok()?))
+        })
+        .collect()
+}
+
+/// The exact groups of the manifest: each build mapping, its modules and
+/// the instances merged in it.
+fn groups_json(exact: &BTreeMap<String, (Arc<BuildMapping>, Bytes)>) -> Vec<serde_json::Value> {
+    let mut groups: BTreeMap<&str, (&BuildMapping, Vec<&str>)> = BTreeMap::new();
+    for (instance, (mapping, _)) in exact {
+        groups.entry(mapping.id()).or_insert_with(|| (mapping, Vec::new())).1.push(instance);
+    }
+    groups
+        .into_iter()
+        .map(|(id, (mapping, instances))| {
+            serde_json::json!({ "group": id, "modules": mapping.modules(), "instances": instances })
+        })
+        .collect()
 }
 
 /// A left-over socket of a `--dir` where nothing answers (`gone`) is a

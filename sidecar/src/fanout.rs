@@ -9,6 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use hyper::body::Bytes;
 use tokio::sync::Semaphore;
 
+use livecov::fleet::{self, BuildMapping};
+
 use crate::client::{Client, ClientError, CoverageQuery};
 use crate::snapshot::{check_lcov, excerpt, Meta};
 use crate::targets::Endpoint;
@@ -26,6 +28,31 @@ pub struct FetchOptions {
     pub parallelism: usize,
     /// Extra attempts after a failure that may pass (1: one retry).
     pub retries: u32,
+    /// Set for an exact merge: LLVM agents are asked for their counters
+    /// (and, once per build, for its mapping, kept here) rather than LCOV.
+    pub mappings: Option<Arc<Mappings>>,
+}
+
+/// The build mappings fetched so far, by id (`Livecov-Mapping`): each is
+/// fetched once, by the first target of its build that needs it, while the
+/// others of that build wait for it.
+#[derive(Default)]
+pub struct Mappings {
+    cells: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::OnceCell<Arc<BuildMapping>>>>>,
+}
+
+impl std::fmt::Debug for Mappings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.cells.lock().map_or(0, |c| c.len());
+        write!(f, "Mappings({n})")
+    }
+}
+
+impl Mappings {
+    fn cell(&self, id: &str) -> Arc<tokio::sync::OnceCell<Arc<BuildMapping>>> {
+        let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.entry(id.to_owned()).or_default().clone()
+    }
 }
 
 /// What to ask each target.
@@ -51,6 +78,9 @@ impl Ask {
 pub enum Outcome {
     /// LCOV from `instance`.
     Snapshot { instance: String, body: Bytes, meta: Option<Meta> },
+    /// The counters of `instance` (gzip, checked against its build's
+    /// mapping), for an exact merge.
+    Counters { instance: String, counters: Bytes, mapping: Arc<BuildMapping>, meta: Option<Meta> },
     /// `POST /reset` done.
     Reset { instance: Option<String> },
     /// A socket of a `--dir` that nobody listens on any more: its process
@@ -140,10 +170,19 @@ async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: O
     let outcome = loop {
         attempts += 1;
         let result = match ask {
-            Ask::Coverage(q) => client.coverage(q).await.map(Answer::Coverage),
+            Ask::Coverage(q) => match &options.mappings {
+                Some(mappings) if q.format.is_none() => counters_or_lcov(&client, q).await.map(|r| match r {
+                    Ok(counters) => Answer::Counters(counters, mappings.clone()),
+                    Err(lcov) => Answer::Coverage(lcov),
+                }),
+                _ => client.coverage(q).await.map(Answer::Coverage),
+            },
             Ask::Reset => client.reset().await.map(Answer::Reset),
         };
         match result {
+            Ok(Answer::Counters(response, mappings)) => {
+                break exact_snapshot(&client, response, &mappings, options.max_body, own, want_meta).await
+            }
             Ok(Answer::Coverage(response)) => break snapshot(&client, response, own, want_meta).await,
             Ok(Answer::Reset(instance)) => break Outcome::Reset { instance },
             Err(e) => {
@@ -163,6 +202,7 @@ async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: O
 
 enum Answer {
     Coverage(crate::client::Response),
+    Counters(crate::client::Response, Arc<Mappings>),
     Reset(Option<String>),
 }
 
@@ -181,20 +221,112 @@ fn retryable(e: &ClientError, resets: bool) -> bool {
     }
 }
 
-async fn snapshot(client: &Client, response: crate::client::Response, own: Option<&str>, want_meta: &WantMeta) -> Outcome {
+/// Asks for the counters; a target that has none to give (a hook, a
+/// sidecar, an agent of a build it cannot describe) is asked for LCOV:
+/// `Ok(Ok(counters))`, or `Ok(Err(lcov))`. Nothing was reset by a refused
+/// request, so the LCOV request resets when asked to.
+async fn counters_or_lcov(
+    client: &Client,
+    q: &CoverageQuery,
+) -> Result<Result<crate::client::Response, crate::client::Response>, ClientError> {
+    let counters = CoverageQuery { test: None, reset: q.reset, format: Some("counters".into()) };
+    match client.coverage(&counters).await {
+        Ok(r) if r.headers.contains_key(MAPPING_HEADER) => return Ok(Ok(r)),
+        Ok(_) => {}
+        Err(ClientError::Status { status, .. }) if matches!(status.as_u16(), 400 | 404 | 500 | 501) => {}
+        Err(e) => return Err(e),
+    }
+    client.coverage(q).await.map(Err)
+}
+
+const MAPPING_HEADER: &str = "livecov-mapping";
+
+/// The build mapping `id`: from `mappings`, else fetched from this target
+/// (once for all targets of the build) and decoded.
+async fn mapping_of(client: &Client, id: &str, mappings: &Mappings, max_body: usize) -> Result<Arc<BuildMapping>, String> {
+    let cell = mappings.cell(id);
+    let mapping = cell
+        .get_or_try_init(|| async {
+            let q = CoverageQuery { format: Some("mapping".into()), ..Default::default() };
+            let r = client.coverage(&q).await.map_err(|e| e.to_string())?;
+            let decoded = tokio::task::spawn_blocking(move || {
+                let document = fleet::gunzip("build mapping", &r.body, max_body)?;
+                BuildMapping::decode(&document)
+            })
+            .await
+            .map_err(|_| "internal error while reading the build mapping".to_owned())?;
+            decoded.map(Arc::new).map_err(|e| format!("its build mapping: {e}"))
+        })
+        .await?;
+    Ok(mapping.clone())
+}
+
+async fn exact_snapshot(
+    client: &Client,
+    response: crate::client::Response,
+    mappings: &Mappings,
+    max_body: usize,
+    own: Option<&str>,
+    want_meta: &WantMeta,
+) -> Outcome {
+    let instance = match checked_instance(client, &response, own) {
+        Ok(i) => i,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let id = response.headers.get(MAPPING_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let mapping = match mapping_of(client, &id, mappings, max_body).await {
+        Ok(m) => m,
+        Err(e) => return Outcome::Failed(format!("{} (instance {instance}): {e}", client.target())),
+    };
+    // Checked now, so that a malformed answer is this target's error and
+    // never the merge's.
+    let (body, checked_with) = (response.body.clone(), mapping.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        let document = fleet::gunzip("counters", &body, max_body)?;
+        checked_with.profiles(&document).map(drop)
+    })
+    .await;
+    match checked {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Outcome::Failed(format!("{} (instance {instance}): its counters: {e}", client.target())),
+        Err(_) => return Outcome::Failed("internal error while reading the answer".into()),
+    }
+    let meta = metadata(client, &instance, want_meta).await;
+    Outcome::Counters { instance, counters: response.body, mapping, meta }
+}
+
+/// The instance that answered, checked: not missing, not malformed, not
+/// the asker itself.
+fn checked_instance(client: &Client, response: &crate::client::Response, own: Option<&str>) -> Result<String, String> {
     let Some(instance) = response.instance().map(str::to_owned) else {
-        return Outcome::Failed(format!(
+        return Err(format!(
             "{} answered without a Livecov-Instance header, so not as a livecov agent or sidecar (it said: {:?})",
             client.target(),
             excerpt(&response.body)
         ));
     };
     if instance.is_empty() || instance.chars().any(|c| c.is_control() || c == '/') {
-        return Outcome::Failed(format!("{} answered with an invalid instance id {instance:?}", client.target()));
+        return Err(format!("{} answered with an invalid instance id {instance:?}", client.target()));
     }
     if own == Some(instance.as_str()) {
-        return Outcome::Failed(format!("{} is this sidecar itself (instance {instance}): leave it out of the targets", client.target()));
+        return Err(format!("{} is this sidecar itself (instance {instance}): leave it out of the targets", client.target()));
     }
+    Ok(instance)
+}
+
+async fn metadata(client: &Client, instance: &str, want_meta: &WantMeta) -> Option<Meta> {
+    if !want_meta(instance) {
+        return None;
+    }
+    // Metadata is a nicety: its absence is not a failure.
+    client.health().await.ok().map(|r| Meta::from_json(&r.body))
+}
+
+async fn snapshot(client: &Client, response: crate::client::Response, own: Option<&str>, want_meta: &WantMeta) -> Outcome {
+    let instance = match checked_instance(client, &response, own) {
+        Ok(i) => i,
+        Err(e) => return Outcome::Failed(e),
+    };
     let body = response.body;
     let checked = {
         let (name, body) = (format!("{} (instance {instance})", client.target()), body.clone());
@@ -205,15 +337,7 @@ async fn snapshot(client: &Client, response: crate::client::Response, own: Optio
         Ok(Err(e)) => return Outcome::Failed(format!("{} (instance {instance}): {e}", client.target())),
         Err(_) => return Outcome::Failed("internal error while reading the answer".into()),
     }
-    let meta = if want_meta(&instance) {
-        match client.health().await {
-            Ok(r) => Some(Meta::from_json(&r.body)),
-            // Metadata is a nicety: its absence is not a failure.
-            Err(_) => None,
-        }
-    } else {
-        None
-    };
+    let meta = metadata(client, &instance, want_meta).await;
     Outcome::Snapshot { instance, body, meta }
 }
 

@@ -61,6 +61,7 @@ use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
 use crate::metrics::{self, Gauges, Metrics, TargetGauge};
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
 use crate::targets::{Discovery, Found, SourceStatus};
+use livecov::fleet::BuildMapping;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -173,7 +174,10 @@ struct TargetRow {
 
 #[derive(Debug, Clone)]
 struct Instance {
+    /// LCOV, or for an instance of an exact group its counters (gzip).
     body: Bytes,
+    /// The build mapping of an instance merged exactly.
+    exact: Option<Arc<BuildMapping>>,
     taken: SystemTime,
     address: String,
     /// For a report: (modified, size), to read it again only when it changed.
@@ -217,7 +221,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// What a reset round hands back.
 struct ResetOutcome {
     /// The merge before forgetting (for `/coverage?reset=1`).
-    entries: Vec<(String, Bytes)>,
+    entries: Vec<Entry>,
     failed: Vec<String>,
 }
 
@@ -315,8 +319,29 @@ impl Sidecar {
                         }
                         store.instances.insert(
                             instance.clone(),
-                            Instance { body: body.clone(), taken: f.started, address: address.clone(), report: None, meta },
+                            Instance { body: body.clone(), exact: None, taken: f.started, address: address.clone(), report: None, meta },
                         );
+                    }
+                    Outcome::Counters { instance, counters, mapping, meta } => {
+                        row.state = State::Running;
+                        row.instance = Some(instance.clone());
+                        row.last_snapshot = Some(f.started);
+                        row.last_error = None;
+                        row.dumps += 1;
+                        let old = store.instances.get(instance);
+                        let meta = meta.clone().or_else(|| old.and_then(|o| o.meta.clone()));
+                        if old.is_none_or(|o| o.body != *counters) {
+                            store.generation += 1;
+                        }
+                        let instance_state = Instance {
+                            body: counters.clone(),
+                            exact: Some(mapping.clone()),
+                            taken: f.started,
+                            address: address.clone(),
+                            report: None,
+                            meta,
+                        };
+                        store.instances.insert(instance.clone(), instance_state);
                     }
                     Outcome::Reset { instance } => {
                         row.state = State::Running;
@@ -433,7 +458,14 @@ impl Sidecar {
                 store.generation += 1;
                 store.instances.insert(
                     report.instance.clone(),
-                    Instance { body, taken: report.modified, address, report: Some((report.modified, report.size)), meta },
+                    Instance {
+                        body,
+                        exact: None,
+                        taken: report.modified,
+                        address,
+                        report: Some((report.modified, report.size)),
+                        meta,
+                    },
                 );
             }
         }
@@ -481,8 +513,8 @@ impl Sidecar {
         ResetOutcome { entries, failed }
     }
 
-    fn entries_locked(&self, store: &Store) -> Vec<(String, Bytes)> {
-        store.instances.iter().map(|(k, i)| (k.clone(), i.body.clone())).collect()
+    fn entries_locked(&self, store: &Store) -> Vec<Entry> {
+        store.instances.iter().map(|(k, i)| (k.clone(), i.body.clone(), i.exact.clone())).collect()
     }
 
     /// The merge of every instance's last snapshot, `TN:test` when given.
@@ -498,7 +530,7 @@ impl Sidecar {
         };
         let n = entries.len();
         let _permit = self.merges.acquire().await.map_err(|_| "shutting down".to_owned())?;
-        let text = merge_entries(entries, test.clone()).await?;
+        let text = merge_entries(entries, test.clone(), self.options.max_body).await?;
         let mut store = lock(&self.store);
         if store.generation == generation {
             store.cache = Some((generation, test, text.clone()));
@@ -541,19 +573,20 @@ impl Sidecar {
     }
 
     fn targets_json(&self) -> String {
-        let metas: HashMap<String, (Option<Meta>, usize)> = {
+        let metas: HashMap<String, (Option<Meta>, usize, Option<String>)> = {
             let store = lock(&self.store);
-            store.instances.iter().map(|(k, i)| (k.clone(), (i.meta.clone(), i.body.len()))).collect()
+            let group = |i: &Instance| i.exact.as_ref().map(|m| m.id().to_owned());
+            store.instances.iter().map(|(k, i)| (k.clone(), (i.meta.clone(), i.body.len(), group(i)))).collect()
         };
         let rows: Vec<serde_json::Value> = self
             .rows()
             .into_iter()
             .map(|(address, r, state)| {
-                let (meta, bytes) = r
+                let (meta, bytes, group) = r
                     .instance
                     .as_ref()
                     .and_then(|i| metas.get(i))
-                    .map_or((None, None), |(m, b)| (m.clone(), Some(*b)));
+                    .map_or((None, None, None), |(m, b, g)| (m.clone(), Some(*b), g.clone()));
                 let meta = meta.unwrap_or_default();
                 serde_json::json!({
                     "address": address,
@@ -567,6 +600,7 @@ impl Sidecar {
                     "last_duration_ms": r.last_duration.map(|d| (d.as_secs_f64() * 1000.0).round() as u64),
                     "snapshot_bytes": bytes,
                     "in_merge": bytes.is_some(),
+                    "group": group,
                     "dumps": r.dumps,
                     "errors": r.errors,
                     "runtime": meta.runtime,
@@ -627,12 +661,19 @@ impl Sidecar {
     }
 }
 
-async fn merge_entries(entries: Vec<(String, Bytes)>, test: Option<String>) -> Result<Bytes, String> {
+/// An instance in the merge: its id, its last snapshot, and its build
+/// mapping when it is merged exactly.
+type Entry = (String, Bytes, Option<Arc<BuildMapping>>);
+
+/// Instances of one build summed counter by counter (an exact group per
+/// build mapping), merged as LCOV with each other and with the rest.
+async fn merge_entries(entries: Vec<Entry>, test: Option<String>, max_body: usize) -> Result<Bytes, String> {
     tokio::task::spawn_blocking(move || {
-        let merger = snapshot::merge_texts(entries.iter().map(|(k, b)| (k.as_str(), &b[..])), test.as_deref())?;
-        let mut out = Vec::new();
-        merger.write_to(&mut out).map_err(|e| e.to_string())?;
-        Ok(Bytes::from(out))
+        let exact = entries.iter().filter_map(|(k, b, m)| m.as_ref().map(|m| (k.as_str(), m, b)));
+        let groups = snapshot::exact_groups(exact, test.as_deref(), max_body)?;
+        let texts: Vec<(String, Bytes)> =
+            entries.iter().filter(|e| e.2.is_none()).map(|(k, b, _)| (k.clone(), b.clone())).collect();
+        Ok(Bytes::from(snapshot::merge_all(&texts, &groups, test.as_deref())?))
     })
     .await
     .map_err(|_| "internal error while merging".to_owned())?
@@ -938,7 +979,7 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
                 Ok(q) => q,
                 Err(e) => return error(e.status, &e.message),
             };
-            if q.format == Format::Profraw {
+            if !matches!(q.format, Format::Lcov | Format::Json) {
                 return error(
                     400,
                     "a sidecar serves merged LCOV (format=lcov or json); raw profiles come from each agent \
@@ -976,7 +1017,7 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
         let outcome = sc.reset(true).await;
         let n = outcome.entries.len();
         let Ok(_permit) = sc.merges.acquire().await else { return error(503, "shutting down") };
-        match merge_entries(outcome.entries, test).await {
+        match merge_entries(outcome.entries, test, sc.options.max_body).await {
             Ok(text) => (text, n, outcome.failed.len()),
             Err(e) => return error(500, &e),
         }

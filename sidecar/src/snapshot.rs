@@ -5,7 +5,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use hyper::body::Bytes;
 
-use crate::merge::Merger;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use livecov::fleet::{self, BuildMapping};
+use livecov::profile::Counters;
+
+use crate::merge::{Merger, Totals};
 
 /// An instance's metadata, from its `GET /health` or its
 /// `reports/<instance>.json`.
@@ -81,6 +87,63 @@ pub fn merge_texts<'a>(inputs: impl IntoIterator<Item = (&'a str, &'a [u8])>, te
         r.map_err(|e| e.to_string())?;
     }
     Ok(merger)
+}
+
+/// The exact groups of `instances` (name, build mapping, gzipped
+/// counters): per build mapping, the instances' counters merged as
+/// `llvm-profdata merge` merges their raw profiles, and the LCOV of the sum
+/// as `llvm-cov export` prints it (`TN:test` when given). By mapping id.
+pub fn exact_groups<'a>(
+    instances: impl IntoIterator<Item = (&'a str, &'a Arc<BuildMapping>, &'a Bytes)>,
+    test: Option<&str>,
+    max_body: usize,
+) -> Result<Vec<(String, String)>, String> {
+    let mut groups: BTreeMap<&str, (&BuildMapping, Counters)> = BTreeMap::new();
+    for (instance, mapping, counters) in instances {
+        let document = fleet::gunzip("counters", counters, max_body).map_err(|e| format!("{instance}: {e}"))?;
+        let (mapping, sum) = groups.entry(mapping.id()).or_insert_with(|| (mapping, Counters::new()));
+        mapping.add(sum, &document).map_err(|e| format!("{instance}: {e}"))?;
+    }
+    Ok(groups.into_iter().map(|(id, (mapping, sum))| (id.to_owned(), mapping.report(&sum, test))).collect())
+}
+
+/// The final report: the LCOV `texts` (retitled when `test` is given) and
+/// the exact groups' reports, merged as LCOV. A single exact group and
+/// nothing else is its report as it is: an LCOV merge would recount its
+/// LF/LH and FNF/FNH from its lines and functions, which llvm-cov does not.
+pub fn merge_all(texts: &[(String, Bytes)], groups: &[(String, String)], test: Option<&str>) -> Result<String, String> {
+    if let ([], [(_, report)]) = (texts, groups) {
+        return Ok(report.clone());
+    }
+    let mut merger = merge_texts(texts.iter().map(|(i, b)| (i.as_str(), &b[..])), test)?;
+    for (id, report) in groups {
+        merger.add(&format!("exact group {id}"), report).map_err(|e| e.to_string())?;
+    }
+    let mut out = Vec::new();
+    merger.write_to(&mut out).map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|_| "the merge is not UTF-8".to_owned())
+}
+
+/// The totals of a report, from its summary lines (`LF`, `LH`, ...).
+pub fn totals(lcov: &str) -> Totals {
+    let mut t = Totals::default();
+    for line in lcov.lines() {
+        let Some((tag, n)) = line.split_once(':') else {
+            t.records += u64::from(line == "end_of_record") as usize;
+            continue;
+        };
+        let n: u64 = n.parse().unwrap_or(0);
+        match tag {
+            "LF" => t.lines += n,
+            "LH" => t.lines_hit += n,
+            "FNF" => t.functions += n,
+            "FNH" => t.functions_hit += n,
+            "BRF" => t.branches += n,
+            "BRH" => t.branches_hit += n,
+            _ => {}
+        }
+    }
+    t
 }
 
 /// RFC 3339 in UTC with milliseconds, e.g. `2026-05-01T12:00:00.123Z`.

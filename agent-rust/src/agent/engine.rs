@@ -13,9 +13,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
 use crate::coverage::{CounterSource, Coverage};
 use crate::error::{Error, Result};
+use crate::fleet::{self, ReportSettings};
 use crate::lcov;
 use crate::mapping::{CoverageMapping, FileName};
-use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, RawProfile};
+use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, RawProfile, RecordLayout};
 
 /// Everything derived from the loaded modules, and the reset baseline.
 #[derive(Default)]
@@ -30,6 +31,9 @@ pub struct Engine {
     /// Reused from dump to dump: it keeps the modules' name indices.
     counters: Counters,
     last: Incremental,
+    /// The id of the modules' build mapping (see `crate::fleet`), once
+    /// computed; forgotten when the modules change.
+    mapping_id: Option<String>,
 }
 
 /// A function's identity in the counters: name reference and hash.
@@ -141,6 +145,7 @@ impl Engine {
         files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
         self.files = files;
         self.last.forget();
+        self.mapping_id = None;
         self.ids = ids;
         self.modules = modules;
         self.baseline = baseline;
@@ -373,7 +378,7 @@ impl Engine {
             let record = (wanted.contains(&file) && present.contains(&file)).then(|| {
                 let mut record = String::new();
                 lcov::write_file(&mut record, &coverage, file, &lcov_options);
-                map_paths(record, options.path_map)
+                lcov::map_paths(record, options.path_map)
             });
             records.push((file, record));
         }
@@ -389,12 +394,9 @@ impl Engine {
     /// A raw profile per module, concatenated, as the runtime would write
     /// them now (counts since the last reset).
     pub fn profraw(&mut self, reset: bool) -> Result<Vec<u8>> {
-        let snapshots = self.snapshot()?;
-        if reset {
-            self.rebase(&snapshots);
-        }
-        let mut out = Vec::new();
-        for (m, snap) in self.modules.iter().zip(&snapshots) {
+        self.refresh()?;
+        // Checked before the snapshot: a refused dump-and-reset resets nothing.
+        for m in &self.modules {
             if !m.layout.is_64 || m.layout.endian != crate::Endian::Little || m.layout.version < 8 {
                 return Err(Error::Unsupported(format!(
                     "{}: raw profile version {} modules cannot be written as profraw by livecov (64-bit \
@@ -403,6 +405,13 @@ impl Engine {
                     m.layout.version
                 )));
             }
+        }
+        let snapshots = self.snapshot()?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        let mut out = Vec::new();
+        for (m, snap) in self.modules.iter().zip(&snapshots) {
             let binary_ids: Vec<Vec<u8>> = m.build_id.iter().cloned().collect();
             profile::write_raw_profile(
                 &ModuleImage {
@@ -417,6 +426,60 @@ impl Engine {
             );
         }
         Ok(out)
+    }
+
+    /// The counters of every module now (since the last reset), gzipped
+    /// (see `crate::fleet`), and the id of the build mapping they go with.
+    pub fn counters(&mut self, reset: bool, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
+        let snapshots = self.snapshot()?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        let document = fleet::encode_counters(snapshots.iter().map(|s| (&s.counters[..], &s.bitmap[..])));
+        let id = match &self.mapping_id {
+            Some(id) => id.clone(),
+            None => self.mapping(settings)?.1,
+        };
+        Ok((fleet::gzip(&document), id))
+    }
+
+    /// The build mapping of the loaded modules (see `crate::fleet`),
+    /// gzipped, and its id. Reads the modules' files again: the mapping
+    /// sections are not loaded, and are not kept in memory between calls.
+    pub fn mapping(&mut self, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
+        let snapshots = self.snapshot()?;
+        let images = self
+            .modules
+            .iter()
+            .map(|m| map_file(&m.id, self.is_main(m)))
+            .collect::<Result<Vec<_>>>()?;
+        let paths: Vec<String> = self.modules.iter().map(|m| m.id.path.display().to_string()).collect();
+        // Without a bitmap section the bitmap delta is that of address 0,
+        // which differs from process to process, and is never used.
+        let layouts: Vec<RecordLayout> = self
+            .modules
+            .iter()
+            .zip(&snapshots)
+            .map(|(m, snap)| RecordLayout { bitmap_delta: if snap.bitmap.is_empty() { 0 } else { m.layout.bitmap_delta }, ..m.layout })
+            .collect();
+        let parts: Vec<fleet::ModuleParts<'_>> = self
+            .modules
+            .iter()
+            .zip(&snapshots)
+            .zip(&images)
+            .zip(paths.iter().zip(&layouts))
+            .map(|(((m, snap), image), (path, layout))| fleet::ModuleParts {
+                path,
+                build_id: m.build_id.as_deref(),
+                layout,
+                data: &snap.data,
+                names: &m.names_raw,
+                object: image,
+            })
+            .collect();
+        let (document, id) = fleet::encode_mapping(&parts, settings)?;
+        self.mapping_id = Some(id.clone());
+        Ok((fleet::gzip(&document), id))
     }
 
     /// Records the current counts as the new zero.
@@ -458,31 +521,9 @@ fn add(counters: &mut [u8], base: &[u8]) {
     }
 }
 
-/// Applies `from=to` prefix rewrites to `SF:` lines.
-fn map_paths(report: String, map: &[(String, String)]) -> String {
-    if map.is_empty() {
-        return report;
-    }
-    let mut out = String::with_capacity(report.len());
-    for line in report.split_inclusive('\n') {
-        let rewritten = line.strip_prefix("SF:").and_then(|path| {
-            map.iter().find_map(|(from, to)| path.strip_prefix(from.as_str()).map(|rest| format!("SF:{to}{rest}")))
-        });
-        out.push_str(rewritten.as_deref().unwrap_or(line));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn path_map_rewrites_only_source_lines() {
-        let report = "SF:/build/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n".to_owned();
-        let map = vec![("/build".to_owned(), "/src".to_owned())];
-        assert_eq!(map_paths(report, &map), "SF:/src/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n");
-    }
 
     #[test]
     fn baseline_arithmetic_round_trips() {

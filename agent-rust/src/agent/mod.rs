@@ -25,6 +25,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use regex::Regex;
 
 pub use config::{Config, DEFAULT_IGNORE};
+use crate::fleet::ReportSettings;
 use engine::{Engine, ReportOptions};
 use server::{ApiError, Body, CoverageQuery, Format, Limits, Listen, Server, Service};
 
@@ -486,14 +487,32 @@ impl Service for Handle {
             Format::Lcov => Ok(Body {
                 content_type: "text/plain; charset=utf-8",
                 bytes: agent.lcov(query.test.as_deref(), query.reset).map_err(internal)?.into_bytes(),
+                mapping: None,
             }),
             Format::Profraw => Ok(Body {
                 content_type: "application/octet-stream",
                 bytes: lock(&agent.engine).profraw(query.reset).map_err(internal)?,
+                mapping: None,
             }),
             Format::Json => {
                 let lcov = agent.lcov(query.test.as_deref(), query.reset).map_err(internal)?;
-                Ok(Body { content_type: "application/json", bytes: summary_json(&lcov, serde_json::Map::new()).into_bytes() })
+                let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
+                Ok(Body { content_type: "application/json", bytes, mapping: None })
+            }
+            Format::Counters | Format::Mapping => {
+                let settings = ReportSettings {
+                    ignore: agent.ignore.get_or_init(|| config::ignore_patterns(agent.config.ignore.as_ref())),
+                    demangle: agent.config.demangle,
+                    path_map: &agent.config.path_map,
+                };
+                let mut engine = lock(&agent.engine);
+                let (bytes, id) = if query.format == Format::Counters {
+                    engine.counters(query.reset, &settings)
+                } else {
+                    engine.mapping(&settings)
+                }
+                .map_err(internal)?;
+                Ok(Body { content_type: "application/gzip", bytes, mapping: Some(id) })
             }
         }
     }

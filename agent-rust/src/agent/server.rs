@@ -24,7 +24,7 @@
 //!
 //! | request | response |
 //! |---|---|
-//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|profraw\|json]` | `200`, the [`Body`] the service returned |
+//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|profraw\|json\|counters\|mapping]` | `200`, the [`Body`] the service returned (and `Livecov-Mapping` when it names one) |
 //! | `POST /reset` | `204` |
 //! | `GET /health` | `200 application/json` |
 //! | any other path | `404` |
@@ -93,6 +93,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// Name of the header carried by every response.
 pub const INSTANCE_HEADER: &str = "livecov-instance";
 
+/// Name of the header naming the build mapping of `format=counters` and
+/// `format=mapping` answers (`crate::fleet`).
+pub const MAPPING_HEADER: &str = "livecov-mapping";
+
 /// A report format, from `?format=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Format {
@@ -103,11 +107,15 @@ pub enum Format {
     Profraw,
     /// JSON.
     Json,
+    /// The counters, compact (gzip), for an exact merge (`crate::fleet`).
+    Counters,
+    /// The build mapping (gzip) the counters go with (`crate::fleet`).
+    Mapping,
 }
 
 impl Format {
     /// The valid `format=` values, for error messages.
-    pub const VALID: &'static str = "lcov, profraw, json";
+    pub const VALID: &'static str = "lcov, profraw, json, counters, mapping";
 
     /// Parses a `format=` value (exact, lower case).
     pub fn parse(s: &str) -> Option<Format> {
@@ -115,6 +123,8 @@ impl Format {
             "lcov" => Some(Format::Lcov),
             "profraw" => Some(Format::Profraw),
             "json" => Some(Format::Json),
+            "counters" => Some(Format::Counters),
+            "mapping" => Some(Format::Mapping),
             _ => None,
         }
     }
@@ -125,6 +135,8 @@ impl Format {
             Format::Lcov => "lcov",
             Format::Profraw => "profraw",
             Format::Json => "json",
+            Format::Counters => "counters",
+            Format::Mapping => "mapping",
         }
     }
 }
@@ -149,6 +161,8 @@ pub struct Body {
     /// the response is a `500`.
     pub content_type: &'static str,
     pub bytes: Vec<u8>,
+    /// Sent as `Livecov-Mapping`: the build mapping the body goes with.
+    pub mapping: Option<String>,
 }
 
 /// An error response: `status` (4xx/5xx) with the JSON body
@@ -527,7 +541,8 @@ fn remove_socket_file(path: &Path, id: (u64, u64)) {
 // ---------------------------------------------------------------------------
 // The runtime side.
 
-type Outcome = Result<(&'static str, Bytes), ApiError>;
+/// A dump's content type, body and build mapping id.
+type Outcome = Result<(&'static str, Bytes, Option<String>), ApiError>;
 type Flights = Arc<Mutex<HashMap<(Option<String>, Format), watch::Receiver<Option<Outcome>>>>>;
 
 struct Ctx {
@@ -687,7 +702,13 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
     }
     let result = match path {
         "/coverage" => match parse_query(req.uri().query()) {
-            Ok(q) => coverage(&ctx, q).await.map(|(ct, bytes)| ok(StatusCode::OK, ct, bytes)),
+            Ok(q) => coverage(&ctx, q).await.map(|(ct, bytes, mapping)| {
+                let mut r = ok(StatusCode::OK, ct, bytes);
+                if let Some(v) = mapping.and_then(|m| HeaderValue::from_str(&m).ok()) {
+                    r.headers_mut().insert(MAPPING_HEADER, v);
+                }
+                r
+            }),
             Err(e) => Err(e),
         },
         "/health" => {
@@ -772,7 +793,7 @@ fn timed_out(what: &str, after: Duration) -> ApiError {
 
 /// `GET /coverage`, with single flight for queries without `reset`.
 async fn coverage(ctx: &Arc<Ctx>, q: CoverageQuery) -> Outcome {
-    let convert = |b: Body| (b.content_type, Bytes::from(b.bytes));
+    let convert = |b: Body| (b.content_type, Bytes::from(b.bytes), b.mapping);
     if q.reset {
         let svc = ctx.service.clone();
         return blocking(ctx, "coverage", move || svc.coverage(&q).map(convert)).await;
@@ -863,6 +884,9 @@ pub fn parse_query(query: Option<&str>) -> Result<CoverageQuery, ApiError> {
                 })?;
             }
         }
+    }
+    if out.format == Format::Mapping && out.reset {
+        return Err(bad("format=mapping is not a dump: reset does not apply to it".into()));
     }
     Ok(out)
 }
