@@ -148,3 +148,4 @@ echo
 "$root/tests/scripts/bench-native.sh"
 "$root/tests/scripts/bench-node.sh"
 "$root/tests/scripts/bench-python.sh"
+"$root/tests/scripts/bench-fleet.sh"
