@@ -247,11 +247,13 @@ bench_client() { # bench_client IP SECONDS ARGS...: one bounded redis-benchmark 
     timeout "$secs" env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" \
         -h "$ip" -p "$redis_port" -q "$@" >>"$work/clients.log" 2>&1
 }
+planned=0   # requests the first traffic asks for
 traffic_for() { # traffic_for I: replica I's share of the first traffic
-    local i=$1 ip=${ips[$1]} own
+    local i=$1 ip=${ips[$1]} own set=${test_sets[$(($1 % ${#test_sets[@]}))]}
     read -ra own <<<"$(own_command "$i")"   # words, no globbing (xadd's `*`)
+    planned=$((planned + (1000 + 97 * i) * $(tr ',' '\n' <<<"$set" | wc -l) + 300 + 31 * i + (i % 4 == 0 ? 100 + 10 * i : 0)))
     bench_client "$ip" 60 -n $((1000 + 97 * i)) -c 4 -P $((1 + i % 8)) -r $((100 + 50 * i)) -d $((3 + 7 * (i % 16))) \
-        -t "${test_sets[$((i % ${#test_sets[@]}))]}" || log "redis-benchmark on $ip failed or timed out (clients.log)"
+        -t "$set" || log "redis-benchmark on $ip failed or timed out (clients.log)"
     bench_client "$ip" 60 -n $((300 + 31 * i)) -c 2 -r $((50 + 20 * i)) "${own[@]}" ||
         log "redis-benchmark (${own[0]}) on $ip failed or timed out (clients.log)"
     if [ $((i % 4)) -eq 0 ]; then   # a Lua script on a quarter of them (the interpreter is instrumented too)
@@ -264,7 +266,7 @@ s=$(now_ns)
 for i in "${!ips[@]}"; do traffic_for "$i"; done
 traffic_ms=$(( ($(now_ns) - s) / 1000000 ))
 total_requests=$(grep -o '[0-9.]* requests per second' "$work/clients.log" | wc -l)
-log "traffic took $traffic_ms ms ($total_requests redis-benchmark tests)"
+log "traffic took $traffic_ms ms ($total_requests redis-benchmark tests, $planned requests)"
 
 # --- the modes: the LCOV merge, and --exact where this livecov has it ---------------------------
 # --exact goes first: its cold collect is every agent's very first dump.
@@ -451,7 +453,7 @@ oracle_lines=$(wc -l <"$work/out/oracle.lcov")
 declare -A fig
 for mode in lcov exact; do
     for k in cold warm one; do fig[$k.$mode]=-; fig[m$k.$mode]=-; done
-    for k in ratio diff48 diff1 side p50 p95 hwm rss groups; do fig[$k.$mode]=-; done
+    for k in ratio diff48 diff1 side p50 p95 hwm rss bytes groups; do fig[$k.$mode]=-; done
 done
 for mode in "${modes[@]}"; do
     for k in cold warm one; do fig[$k.$mode]=$(med "t_${mode}_$k"); fig[m$k.$mode]=$(mib "$(med "m_${mode}_$k")"); done
@@ -461,6 +463,8 @@ for mode in "${modes[@]}"; do
     fig[side.$mode]=$(differing "$work/out/oracle.lcov" "$work/out/sidecar-$mode-still.lcov")
     fig[p50.$mode]=$(med "t_sidecar_$mode"); fig[p95.$mode]=$(p95 <"$work/t_sidecar_$mode")
     fig[hwm.$mode]=$(mib "${sidecar_hwm[$mode]}"); fig[rss.$mode]=$(mib "${sidecar_rss[$mode]}")
+    fig[bytes.$mode]=$(jq '[.targets[].bytes // empty] | if length > 0 then add / length / 1024 * 10 | round / 10 else "-" end' \
+        "$work/collect/$mode-warm-1/manifest.json" 2>/dev/null || echo -)
     fig[groups.$mode]=$(jq -r 'if (.groups? | type) == "array" then (.groups | length)
         elif ([.targets[]? | .group? // empty] | length) > 0 then ([.targets[] | .group // empty] | unique | length)
         else "-" end' "$work/collect/$mode-warm-1/manifest.json" 2>/dev/null || echo -)
@@ -479,7 +483,7 @@ ver=${redis_build%-*}
 echo
 echo "fleet: redis $ver (Debian's source package; clang-19 -fprofile-instr-generate -fcoverage-mapping, MALLOC=libc) x $replicas"
 echo "on ${ips[0]} .. ${ips[-1]}, LD_PRELOAD liblivecov.so, agents on port $agent_port behind $name (dnsmasq);"
-echo "traffic: $total_requests redis-benchmark tests, different on each replica; everything measured while every replica is held still (DEBUG SLEEP),"
+echo "traffic: $planned requests ($total_requests redis-benchmark tests), different on each replica; everything measured while every replica is held still (DEBUG SLEEP),"
 echo "but the sidecars' p50/p95 (under traffic). $livecov_label (release); peer: curl ?format=profraw, 16 at once, +"
 echo "llvm-profdata merge -sparse + llvm-cov export (LLVM 22, with the binary). Median of $runs runs; ratio: livecov ($best) / peer; load after: $load_after on $(nproc) CPUs"
 printf "%-54s %12s %12s %12s %9s\n" "what" "LCOV merge" "--exact" "peer" "ratio"
@@ -488,6 +492,7 @@ row "warm collect of $replicas, ms" warm "$peer48"
 row "collect of 1, ms" one "$peer1"
 awk -v a="$peer48" -v o="$peer1" -v w="warm $replicas / one (goal: under 2x)" -v l="${fig[ratio.lcov]}" -v x="${fig[ratio.exact]}" \
     'BEGIN { printf "%-54s %12s %12s %11.2fx %9s\n", w, l, x, a / o, "-" }'
+row "answer per replica (manifest's bytes, mean), KiB" bytes "$(awk -v b="$(du -cb "$work"/profraw/before/*.profraw | tail -1 | cut -f1)" -v n="$replicas" 'BEGIN { printf "%.1f", b / n / 1024 }')"
 row "collector peak RSS, cold collect of $replicas, MiB" mcold "$(mib "$p48_m")"
 row "collector peak RSS, warm collect of $replicas, MiB" mwarm "$(mib "$p48_m")"
 row "collector peak RSS, collect of 1, MiB" mone "$(mib "$p1_m")"
