@@ -35,6 +35,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use md5::{Digest, Md5};
+use rustc_hash::FxHashSet;
 use regex::Regex;
 
 use crate::coverage::Coverage;
@@ -193,6 +194,9 @@ pub struct BuildMapping {
     path_map: Vec<(String, String)>,
     /// The modules' paths, for messages.
     paths: Vec<String>,
+    /// The name references of the functions kept in `mapping`: the only
+    /// records whose counters the report reads.
+    reported: FxHashSet<u64>,
 }
 
 impl std::fmt::Debug for BuildMapping {
@@ -254,13 +258,24 @@ impl BuildMapping {
         if r.at != document.len() {
             return Err(r.error(r.at, "bytes after the last module"));
         }
+        // Only functions with a file in the report are kept, as the agent
+        // keeps them for its own: a Rust service's dependencies (filtered by
+        // the ignore patterns) are most of its mapping, and neither their
+        // regions nor their counters change a byte of the report.
+        let ignored: Vec<bool> = mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect();
+        mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
+        mapping.functions.shrink_to_fit();
+        // By name, not by (name, hash): a record of a kept name with another
+        // hash is a hash mismatch to the report, which is not the same as
+        // no record at all.
+        let reported = mapping.functions.iter().map(|f| f.name_ref).collect();
         let options = lcov::Options {
             ignore_filename_regex: ignore,
             no_demangle: !demangle,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             ..lcov::Options::default()
         };
-        Ok(BuildMapping { id: mapping_id(document), mapping, modules, options, path_map, paths })
+        Ok(BuildMapping { id: mapping_id(document), mapping, modules, options, path_map, paths, reported })
     }
 
     /// The id (MD5 of the document), as `Livecov-Mapping`.
@@ -321,7 +336,8 @@ impl BuildMapping {
     /// Merges a process's counters (uncompressed) into `into`, as
     /// llvm-profdata merges its raw profiles. Changes nothing on error.
     pub fn add(&self, into: &mut Counters, document: &[u8]) -> Result<()> {
-        for p in self.profiles(document)? {
+        for mut p in self.profiles(document)? {
+            p.records.retain(|r| self.reported.contains(&r.name_ref));
             into.add(p)?;
         }
         Ok(())

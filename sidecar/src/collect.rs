@@ -135,6 +135,11 @@ pub struct Args {
     /// Exit 0 even when some targets failed (they are in the manifest).
     #[arg(long)]
     pub allow_partial: bool,
+    /// Also write each instance merged exactly as
+    /// instances/<instance>.profraw, the raw profile its counters stand for
+    /// (for llvm-profdata and llvm-cov; about a MiB each for a large C server).
+    #[arg(long)]
+    pub profraw: bool,
 }
 
 /// One row of the manifest.
@@ -261,7 +266,7 @@ async fn collect(args: Args) -> Result<()> {
                     exact.insert(instance.clone(), (mapping.clone(), counters.clone()));
                     taken.insert(instance.clone(), f.started);
                     row.group = Some(mapping.id().to_owned());
-                    row.file = Some(format!("instances/{}.profraw", file_name_for(instance)));
+                    row.file = args.profraw.then(|| format!("instances/{}.profraw", file_name_for(instance)));
                 }
             }
             Outcome::Gone(why) => {
@@ -326,9 +331,11 @@ async fn collect(args: Args) -> Result<()> {
     let (merged, profraws) = {
         let inputs: Vec<(String, Bytes)> = texts.iter().map(|(i, b)| (i.clone(), b.clone())).collect();
         let exact = exact.clone();
-        let (test, max_body) = (args.test.clone(), options.max_body);
+        let (test, max_body, want_profraws) = (args.test.clone(), options.max_body, args.profraw);
         tokio::task::spawn_blocking(move || {
-            let profraws = exact_profraws(&exact, max_body);
+            // Rebuilt only when asked: names and data records make a raw
+            // profile a hundred times the size of the counters it carries.
+            let profraws = if want_profraws { exact_profraws(&exact, max_body) } else { BTreeMap::new() };
             let groups = snapshot::exact_groups(exact.iter().map(|(i, (m, c))| (i.as_str(), m, c)), test.as_deref(), max_body)?;
             let merged = snapshot::merge_all(&inputs, &groups, None)?;
             Ok::<_, String>((merged, profraws))

@@ -85,7 +85,9 @@ fn collect_and_sidecar_merge_each_build_as_llvm_cov_does() {
     // replicas' own profiles but the agents' own code, which reports leave out.
     let by_dns = format!("dns:{NAME}:{port}");
     let out = dir.join("out");
-    let run = livecov(&["collect", "--exact", "--replicas", &by_dns, "--dns-server", &dns.arg(), "-o", out.to_str().unwrap()]);
+    let run = livecov(&[
+        "collect", "--exact", "--profraw", "--replicas", &by_dns, "--dns-server", &dns.arg(), "-o", out.to_str().unwrap(),
+    ]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let profiles = dir.join("profiles");
     std::fs::create_dir_all(&profiles).unwrap();
@@ -135,6 +137,10 @@ fn collect_and_sidecar_merge_each_build_as_llvm_cov_does() {
     let run = livecov(&["collect", "--exact", "--target", &targets[0], "--target", &targets[1], "-o", one.to_str().unwrap()]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(read(&one.join("merged.lcov")), plain_lcov);
+    // Without --profraw, no raw profile is rebuilt: nothing per instance.
+    assert_eq!(std::fs::read_dir(one.join("instances")).unwrap().count(), 0);
+    let manifest: serde_json::Value = serde_json::from_str(&read(&one.join("manifest.json"))).unwrap();
+    assert!(manifest["targets"].as_array().unwrap().iter().all(|t| t["file"].is_null() && t["group"].is_string()), "{manifest}");
     // Without --exact, the LCOV merge of the replicas' reports differs.
     let lcov_merge = dir.join("lcov-merge");
     let run = livecov(&["collect", "--target", &targets[0], "--target", &targets[1], "-o", lcov_merge.to_str().unwrap()]);
