@@ -311,6 +311,7 @@ collect() {
     e=$(now_ns)
     ms_between "$s" "$e" >>"$work/t_$set"
     tail -1 "$work/rss" >>"$work/m_$set"
+    jq -r .duration_ms "$out/manifest.json" >>"$work/d_$set"
     got=$(jq -r .instances "$out/manifest.json")
     [ "$got" = "$want" ] || die "collect ($mode, $run): $got instances of $want replicas"
 }
@@ -452,11 +453,13 @@ oracle_lines=$(wc -l <"$work/out/oracle.lcov")
 # v KEY MODE: one figure of one mode ("-" when the mode was not measured).
 declare -A fig
 for mode in lcov exact; do
-    for k in cold warm one; do fig[$k.$mode]=-; fig[m$k.$mode]=-; done
+    for k in cold warm one; do fig[$k.$mode]=-; fig[m$k.$mode]=-; fig[d$k.$mode]=-; done
     for k in ratio diff48 diff1 side p50 p95 hwm rss bytes groups; do fig[$k.$mode]=-; done
 done
 for mode in "${modes[@]}"; do
-    for k in cold warm one; do fig[$k.$mode]=$(med "t_${mode}_$k"); fig[m$k.$mode]=$(mib "$(med "m_${mode}_$k")"); done
+    for k in cold warm one; do
+        fig[$k.$mode]=$(med "t_${mode}_$k"); fig[m$k.$mode]=$(mib "$(med "m_${mode}_$k")"); fig[d$k.$mode]=$(med "d_${mode}_$k")
+    done
     fig[ratio.$mode]=$(awk -v a="${fig[warm.$mode]}" -v o="${fig[one.$mode]}" 'BEGIN { printf "%.2fx", a / o }')
     fig[diff48.$mode]=$(differing "$work/out/oracle.lcov" "$work/collect/$mode-cold/merged.lcov")
     fig[diff1.$mode]=$(differing "$work/out/oracle-one.lcov" "$work/collect/$mode-one-1/merged.lcov")
@@ -490,6 +493,9 @@ printf "%-54s %12s %12s %12s %9s\n" "what" "LCOV merge" "--exact" "peer" "ratio"
 row "cold collect of $replicas, ms (first dump of that kind)" cold "$peer48"
 row "warm collect of $replicas, ms" warm "$peer48"
 row "collect of 1, ms" one "$peer1"
+row "  the manifest's duration_ms: cold of $replicas" dcold -
+row "  the manifest's duration_ms: warm of $replicas" dwarm -
+row "  the manifest's duration_ms: of 1" done -
 awk -v a="$peer48" -v o="$peer1" -v w="warm $replicas / one (goal: under 2x)" -v l="${fig[ratio.lcov]}" -v x="${fig[ratio.exact]}" \
     'BEGIN { printf "%-54s %12s %12s %11.2fx %9s\n", w, l, x, a / o, "-" }'
 row "answer per replica (manifest's bytes, mean), KiB" bytes "$(awk -v b="$(du -cb "$work"/profraw/before/*.profraw | tail -1 | cut -f1)" -v n="$replicas" 'BEGIN { printf "%.1f", b / n / 1024 }')"
