@@ -203,6 +203,7 @@ done
 log "dnsmasq on 127.0.0.1:$dns_port: $name has ${#ips[@]} A records, $one_name one"
 
 # --- the replicas --------------------------------------------------------------------
+replica_pids=()
 log "starting $replicas replicas of redis-server on ${ips[0]} .. ${ips[-1]} (port $redis_port), agents on port $agent_port"
 for ip in "${ips[@]}"; do
     d="$work/replicas/$ip"
@@ -212,7 +213,19 @@ for ip in "${ips[@]}"; do
         "$server" --port "$redis_port" --bind "$ip" --save '' --appendonly no --daemonize no \
         --dir "$d" --logfile "" --enable-debug-command local >"$d/log" 2>&1 </dev/null &
     pids+=("$!")
+    replica_pids+=("$!")
 done
+# The CPU time the replicas used, ms (user + system, all threads): while
+# their main threads sleep, what the agents spent answering.
+clk_tck=$(getconf CLK_TCK)
+replicas_cpu_ms() {
+    local p sum=0 t
+    for p in "${replica_pids[@]}"; do
+        t=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+        sum=$((sum + t))
+    done
+    echo $((sum * 1000 / clk_tck))
+}
 tcp_up() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 for ip in "${ips[@]}"; do
     if ! wait_for 300 tcp_up "$ip" "$redis_port" || ! wait_for 300 tcp_up "$ip" "$agent_port"; then
@@ -366,10 +379,14 @@ sleep 1   # every DEBUG SLEEP is read and running; checked below by the raw prof
 
 for mode in "${modes[@]}"; do
     log "cold collect of $replicas, $mode (the agents' first dump of that kind)"
+    c=$(replicas_cpu_ms)
     collect "$mode" cold "$name" "$replicas"
+    echo $(($(replicas_cpu_ms) - c)) >"$work/c_${mode}_cold"
 done
 log "raw profiles of every replica (the oracle's input)"
+c=$(replicas_cpu_ms)
 s=$(now_ns); fetch_profraws "$work/profraw/before" "${ips[@]}"; ms_between "$s" "$(now_ns)" >>"$work/t_fetch48"
+echo $(($(replicas_cpu_ms) - c)) >"$work/c_fetch48"
 s=$(now_ns); fetch_profraws "$work/profraw/one" "${ips[0]}"; ms_between "$s" "$(now_ns)" >>"$work/t_fetch1"
 for mode in "${modes[@]}"; do
     log "the sidecar's GET /coverage, $mode (same moment)"
@@ -379,7 +396,9 @@ done
 log "$runs warm collects of $replicas and of 1 in each mode, interleaved"
 for r in $(seq "$runs"); do
     for mode in "${modes[@]}"; do
+        c=$(replicas_cpu_ms)
         collect "$mode" "warm-$r" "$name" "$replicas"
+        echo $(($(replicas_cpu_ms) - c)) >>"$work/c_${mode}_warm"
         collect "$mode" "one-$r" "$one_name" 1
     done
 done
@@ -453,12 +472,13 @@ oracle_lines=$(wc -l <"$work/out/oracle.lcov")
 # v KEY MODE: one figure of one mode ("-" when the mode was not measured).
 declare -A fig
 for mode in lcov exact; do
-    for k in cold warm one; do fig[$k.$mode]=-; fig[m$k.$mode]=-; fig[d$k.$mode]=-; done
+    for k in cold warm one; do fig[$k.$mode]=-; fig[m$k.$mode]=-; fig[d$k.$mode]=-; fig[c$k.$mode]=-; done
     for k in ratio diff48 diff1 side p50 p95 hwm rss bytes groups; do fig[$k.$mode]=-; done
 done
 for mode in "${modes[@]}"; do
     for k in cold warm one; do
         fig[$k.$mode]=$(med "t_${mode}_$k"); fig[m$k.$mode]=$(mib "$(med "m_${mode}_$k")"); fig[d$k.$mode]=$(med "d_${mode}_$k")
+        fig[c$k.$mode]=$(med "c_${mode}_$k")
     done
     fig[ratio.$mode]=$(awk -v a="${fig[warm.$mode]}" -v o="${fig[one.$mode]}" 'BEGIN { printf "%.2fx", a / o }')
     fig[diff48.$mode]=$(differing "$work/out/oracle.lcov" "$work/collect/$mode-cold/merged.lcov")
@@ -493,11 +513,13 @@ printf "%-54s %12s %12s %12s %9s\n" "what" "LCOV merge" "--exact" "peer" "ratio"
 row "cold collect of $replicas, ms (first dump of that kind)" cold "$peer48"
 row "warm collect of $replicas, ms" warm "$peer48"
 row "collect of 1, ms" one "$peer1"
+awk -v a="$peer48" -v o="$peer1" -v w="warm $replicas / one (goal: under 2x)" -v l="${fig[ratio.lcov]}" -v x="${fig[ratio.exact]}" \
+    'BEGIN { printf "%-54s %12s %12s %11.2fx %9s\n", w, l, x, a / o, "-" }'
 row "  the manifest's duration_ms: cold of $replicas" dcold -
 row "  the manifest's duration_ms: warm of $replicas" dwarm -
 row "  the manifest's duration_ms: of 1" done -
-awk -v a="$peer48" -v o="$peer1" -v w="warm $replicas / one (goal: under 2x)" -v l="${fig[ratio.lcov]}" -v x="${fig[ratio.exact]}" \
-    'BEGIN { printf "%-54s %12s %12s %11.2fx %9s\n", w, l, x, a / o, "-" }'
+row "the $replicas agents' CPU (user + system, sum), cold, ms" ccold "$(med c_fetch48)"
+row "the $replicas agents' CPU (user + system, sum), warm, ms" cwarm "$(med c_fetch48)"
 row "answer per replica (manifest's bytes, mean), KiB" bytes "$(awk -v b="$(du -cb "$work"/profraw/before/*.profraw | tail -1 | cut -f1)" -v n="$replicas" 'BEGIN { printf "%.1f", b / n / 1024 }')"
 row "collector peak RSS, cold collect of $replicas, MiB" mcold "$(mib "$p48_m")"
 row "collector peak RSS, warm collect of $replicas, MiB" mwarm "$(mib "$p48_m")"
