@@ -57,11 +57,13 @@ pub struct TargetArgs {
     /// Refuse answers larger than this many MiB (bounds memory per target).
     #[arg(long, value_name = "MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     pub max_size: u64,
-    /// Merge the instances of one build exactly: their counters summed as
-    /// llvm-profdata merges profiles, one LCOV computed from the sum as
-    /// llvm-cov does (LLVM agents; others merge as LCOV).
+    /// Merge every instance by its LCOV report (union, counts summed), as
+    /// before the exact merge. By default the instances of one build are
+    /// merged exactly: their counters summed as llvm-profdata merges
+    /// profiles, one LCOV computed from the sum as llvm-cov does (LLVM
+    /// agents; others merge as LCOV).
     #[arg(long)]
-    pub exact: bool,
+    pub lcov_merge: bool,
 }
 
 /// Seconds, as a positive decimal number.
@@ -93,7 +95,7 @@ impl TargetArgs {
             max_body: usize::try_from(self.max_size << 20).unwrap_or(usize::MAX),
             parallelism: usize::from(self.parallelism),
             retries: 1,
-            mappings: self.exact.then(Arc::default),
+            mappings: (!self.lcov_merge).then(Arc::default),
         })
     }
 
@@ -109,10 +111,13 @@ impl TargetArgs {
 #[command(
     about = "Collect the live coverage of every process and replica once, for a CI step",
     long_about = "Asks every target once (with bounded parallelism, a timeout and one retry each) \
-                  and writes, into OUTDIR: instances/<instance>.lcov (one LCOV per instance), \
-                  merged.lcov (their merge) and manifest.json (every target: address, instance, \
-                  runtime, program, build id, timing, error). Reports of exited processes in \
-                  --dir count. Exits non-zero when a target failed, unless --allow-partial.",
+                  and writes, into OUTDIR: merged.lcov (the instances of one build merged \
+                  exactly, as llvm-cov reports their profiles merged; other builds and runtimes \
+                  merged as LCOV), instances/<instance>.lcov (the report of each instance merged \
+                  as LCOV; with --profraw, instances/<instance>.profraw of each one merged \
+                  exactly) and manifest.json (every target: address, instance, runtime, program, \
+                  build id, exact group, timing, error). Reports of exited processes in --dir \
+                  count. Exits non-zero when a target failed, unless --allow-partial.",
     after_help = "Examples:\n  \
                   livecov collect --replicas dns:app-coverage.ci.svc.cluster.local:9464 -o cov/\n  \
                   livecov collect --replicas srv:_coverage._tcp.app-coverage --test login --reset -o cov/login\n  \

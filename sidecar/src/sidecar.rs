@@ -70,8 +70,10 @@ use livecov::fleet::BuildMapping;
                   GET /health, GET /targets and GET /metrics over the merge of its targets: the \
                   agents (and exited processes' reports) of a coverage directory, the replicas \
                   behind a headless Service (agents or other sidecars, re-resolved as they come \
-                  and go), static targets. Each instance's last snapshot stays in the merge until \
-                  a reset, also when its process or replica is gone.",
+                  and go), static targets. The instances of one build are merged exactly, as \
+                  llvm-cov reports their profiles merged (--lcov-merge: as LCOV). Each instance's \
+                  last snapshot stays in the merge until a reset, also when its process or \
+                  replica is gone.",
     after_help = "Examples:\n  \
                   livecov sidecar --dir /cov --listen 0.0.0.0:9464 --token-file /run/secrets/token\n  \
                   livecov sidecar --replicas dns:app-coverage.ci.svc.cluster.local:9464 \\\n      \

@@ -111,9 +111,14 @@ pub fn exact_groups<'a>(
 /// the exact groups' reports, merged as LCOV. A single exact group and
 /// nothing else is its report as it is: an LCOV merge would recount its
 /// LF/LH and FNF/FNH from its lines and functions, which llvm-cov does not.
+/// So is a single text when no test name is given: the report of a pod
+/// sidecar (an exact group within the pod) stays what the pod served.
 pub fn merge_all(texts: &[(String, Bytes)], groups: &[(String, String)], test: Option<&str>) -> Result<String, String> {
     if let ([], [(_, report)]) = (texts, groups) {
         return Ok(report.clone());
+    }
+    if let ([(name, text)], [], None) = (texts, groups, test) {
+        return String::from_utf8(text.to_vec()).map_err(|_| format!("{name}: not UTF-8"));
     }
     let mut merger = merge_texts(texts.iter().map(|(i, b)| (i.as_str(), &b[..])), test)?;
     for (id, report) in groups {

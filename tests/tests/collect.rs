@@ -6,7 +6,7 @@
 
 mod replicas;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use replicas::*;
 
@@ -60,7 +60,7 @@ fn per_test_collections_with_reset_attribute_each_tests_lines_to_it() {
     let hello = dir.join("out/hello");
     let stderr = collect_ok(&[
         "--replicas", &by_a, "--dns-server", &dns_arg, "--target-token-file", token_arg,
-        "--test", "hello", "--reset", "-o", hello.to_str().unwrap(),
+        "--test", "hello", "--reset", "--profraw", "-o", hello.to_str().unwrap(),
     ]);
     assert!(stderr.contains("collected 2 instance(s) from 2 target(s)"), "{stderr}");
     replicas[1].get("/fib?n=30");
@@ -84,15 +84,17 @@ fn per_test_collections_with_reset_attribute_each_tests_lines_to_it() {
     assert!(!h.is_empty() && !f.is_empty());
     assert!(h.iter().all(|l| !f.contains(l)), "hello's lines {h:?} and fib's {f:?} overlap");
 
-    // One file per instance; the merged report is their merge.
-    for out in [&hello, &fib] {
-        let files = instance_files(out);
-        let mut want: Vec<String> = replicas.iter().map(|r| format!("{}.lcov", r.instance())).collect();
-        want.sort();
-        assert_eq!(files.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), want);
-        let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
-        assert_eq!(merge(&texts), read(&out.join("merged.lcov")));
-    }
+    // Replicas of one build: the merged report is llvm-cov's over their
+    // profiles merged (with --profraw, each instance's raw profile of that
+    // moment is in instances/), named after the test.
+    let mut profraws: Vec<PathBuf> = std::fs::read_dir(hello.join("instances")).unwrap().map(|e| e.unwrap().path()).collect();
+    profraws.sort();
+    let mut want: Vec<PathBuf> = replicas.iter().map(|r| hello.join(format!("instances/{}.profraw", r.instance()))).collect();
+    want.sort();
+    assert_eq!(profraws, want);
+    assert_eq!(hello_lcov, llvm_cov(&profraws, &[], &dir).replace("SF:", "TN:hello\nSF:"));
+    // Without --profraw, nothing per instance merged exactly.
+    assert!(instance_files(&fib).is_empty());
 
     // The manifest: every target, its instance, runtime, program, build id, timing.
     let m = manifest(&hello);
@@ -110,8 +112,10 @@ fn per_test_collections_with_reset_attribute_each_tests_lines_to_it() {
         assert!(t["program"].as_str().unwrap().ends_with("/service"), "{t}");
         assert!(t["build_id"].as_str().is_some_and(|b| b.len() >= 16), "{t}");
         assert!(t["duration_ms"].is_u64() && t["started"].is_string() && t["error"].is_null(), "{t}");
-        assert_eq!(t["file"], format!("instances/{}.lcov", r.instance()).as_str());
+        assert_eq!(t["file"], format!("instances/{}.profraw", r.instance()).as_str());
+        assert_eq!(t["group"], m["groups"][0]["group"], "{t}");
     }
+    assert_eq!(m["groups"].as_array().map(Vec::len), Some(1), "one build, one exact group: {m}");
     assert_eq!(m["sources"][0]["source"], by_a.as_str());
     assert!(m["totals"]["lines_hit"].as_u64().unwrap() > 0);
 
@@ -150,7 +154,10 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     assert!(gone["address"].as_str().unwrap().ends_with(".lcov"));
     assert_eq!(gone["runtime"], "rust");
     assert_eq!(gone["pid"], exited.pid());
-    assert_eq!(instance_files(&first).len(), 2);
+    // The exited process's report is its file; the live one, merged
+    // exactly, has none.
+    assert_eq!(instance_files(&first), [(format!("{exited_instance}.lcov"), exited_report.clone())]);
+    assert_eq!(row(&live.instance())["file"], serde_json::Value::Null);
 
     // A per-test collection with --reset takes the exited process's report
     // one last time; later collections leave it out.
@@ -160,13 +167,13 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     assert_eq!(second_lcov, merge(&[&want.replace("SF:", "TN:t\nSF:")]));
     let third = dir.join("third");
     collect_ok(&["--dir", cov_arg, "-o", third.to_str().unwrap()]);
-    assert_eq!(instance_files(&third).len(), 1);
+    assert!(instance_files(&third).is_empty());
     let third_lcov = read(&third.join("merged.lcov"));
     assert!(lines_hit(&third_lcov).is_empty(), "{third_lcov}");
     assert_eq!(manifest(&third)["targets"].as_array().unwrap().len(), 1);
     // The output folder is reused: stale instance files are gone.
     collect_ok(&["--dir", cov_arg, "-o", first.to_str().unwrap()]);
-    assert_eq!(instance_files(&first).len(), 1);
+    assert!(instance_files(&first).is_empty());
 }
 
 #[test]
@@ -242,14 +249,15 @@ fn failed_targets_are_in_the_manifest_and_fail_the_step_unless_partial_is_allowe
     let out = dir.join("out");
     let args = [
         "collect", "--target", &good_url, "--target", &garbage.url(), "--target", &hang.url(), "--target", &endless.url(),
-        "--target", &refused, "--timeout", "3", "--max-size", "1", "-o", out.to_str().unwrap(),
+        "--target", &refused, "--timeout", "3", "--max-size", "4", "-o", out.to_str().unwrap(),
     ];
     let run = livecov(&args);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("4 of 5 target(s) failed") && stderr.contains("--allow-partial"), "{stderr}");
-    // The good target is collected all the same, and the manifest says what failed.
-    assert_eq!(read(&out.join("merged.lcov")), merge(&[&good.own_dump()]));
+    // The good target is collected all the same (one instance of one build:
+    // its own report, as llvm-cov prints it), and the manifest says what failed.
+    assert_eq!(read(&out.join("merged.lcov")), good.own_dump());
     let m = manifest(&out);
     assert_eq!(m["targets_failed"], 4);
     let rows = m["targets"].as_array().unwrap();
@@ -260,7 +268,7 @@ fn failed_targets_are_in_the_manifest_and_fail_the_step_unless_partial_is_allowe
     };
     assert!(error_of(&garbage.url()).contains("did not answer as a livecov agent"));
     assert!(error_of(&hang.url()).contains("no complete answer"));
-    assert!(error_of(&endless.url()).contains("larger than 1 MiB"));
+    assert!(error_of(&endless.url()).contains("larger than 4 MiB"));
     assert!(error_of(&refused).contains("refused the connection"));
     let hang_row = rows.iter().find(|r| r["address"] == hang.url().as_str()).unwrap();
     assert_eq!(hang_row["attempts"], 2, "one retry: {hang_row}");

@@ -1,6 +1,6 @@
 //! The exact fleet merge, end to end: replicas of the fixture service with
-//! different traffic each, collected with `--exact` by `livecov collect`
-//! and by a sidecar, against llvm-cov 22 over the replicas' own
+//! different traffic each, collected by `livecov collect` and by a sidecar
+//! (the exact merge is their default), against llvm-cov 22 over the replicas' own
 //! `?format=profraw` of the same moment merged by llvm-profdata. Replicas
 //! that loaded the C plugin are another build (another set of instrumented
 //! modules): a second exact group, merged with the first as LCOV.
@@ -11,40 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use livecov_tests::service::plugin;
-use livecov_tests::{llvm_tool, workspace_root};
 use replicas::*;
-
-/// llvm-cov 22 over `profraws` merged, filtered as the agent filters.
-fn llvm_cov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
-    let profdata = dir.join(format!("merged-{}.profdata", profraws.len() + objects.len() * 100));
-    let status = Command::new(llvm_tool("llvm-profdata")).arg("merge").args(profraws).arg("-o").arg(&profdata).status();
-    assert!(status.expect("run llvm-profdata").success(), "llvm-profdata merge failed");
-    let mut cmd = Command::new(llvm_tool("llvm-cov"));
-    cmd.args(["export", "-format=lcov"]).arg(livecov_tests::service::service_bin());
-    for o in objects {
-        cmd.arg("-object").arg(o);
-    }
-    let own: String = format!("{}/", workspace_root().join("agent-rust/src").display())
-        .chars()
-        .map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() })
-        .collect();
-    cmd.arg("-instr-profile")
-        .arg(&profdata)
-        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE))
-        .arg(format!("-ignore-filename-regex={own}"));
-    let out = cmd.output().expect("run llvm-cov");
-    assert!(out.status.success(), "llvm-cov export failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-/// The replica's own raw profile now.
-fn profraw(r: &Replica, dir: &Path) -> PathBuf {
-    let resp = unix_request(&r.socket(), "GET", "/coverage?format=profraw");
-    assert_eq!(resp.status, 200);
-    let path = dir.join(format!("{}.profraw", r.instance()));
-    std::fs::write(&path, &resp.body).expect("write the profile");
-    path
-}
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
@@ -86,7 +53,7 @@ fn collect_and_sidecar_merge_each_build_as_llvm_cov_does() {
     let by_dns = format!("dns:{NAME}:{port}");
     let out = dir.join("out");
     let run = livecov(&[
-        "collect", "--exact", "--profraw", "--replicas", &by_dns, "--dns-server", &dns.arg(), "-o", out.to_str().unwrap(),
+        "collect", "--profraw", "--replicas", &by_dns, "--dns-server", &dns.arg(), "-o", out.to_str().unwrap(),
     ]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     let profiles = dir.join("profiles");
@@ -134,21 +101,21 @@ fn collect_and_sidecar_merge_each_build_as_llvm_cov_does() {
     // recounted by an LCOV merge).
     let one = dir.join("one");
     let targets: Vec<String> = plain.iter().map(|r| format!("http://{}:{port}", r.ip)).collect();
-    let run = livecov(&["collect", "--exact", "--target", &targets[0], "--target", &targets[1], "-o", one.to_str().unwrap()]);
+    let run = livecov(&["collect", "--target", &targets[0], "--target", &targets[1], "-o", one.to_str().unwrap()]);
     assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(read(&one.join("merged.lcov")), plain_lcov);
     // Without --profraw, no raw profile is rebuilt: nothing per instance.
     assert_eq!(std::fs::read_dir(one.join("instances")).unwrap().count(), 0);
     let manifest: serde_json::Value = serde_json::from_str(&read(&one.join("manifest.json"))).unwrap();
     assert!(manifest["targets"].as_array().unwrap().iter().all(|t| t["file"].is_null() && t["group"].is_string()), "{manifest}");
-    // Without --exact, the LCOV merge of the replicas' reports differs.
+    // With --lcov-merge, the LCOV merge of the replicas' reports differs.
     let lcov_merge = dir.join("lcov-merge");
-    let run = livecov(&["collect", "--target", &targets[0], "--target", &targets[1], "-o", lcov_merge.to_str().unwrap()]);
+    let run = livecov(&["collect", "--lcov-merge", "--target", &targets[0], "--target", &targets[1], "-o", lcov_merge.to_str().unwrap()]);
     assert!(run.status.success());
     assert_ne!(read(&lcov_merge.join("merged.lcov")), plain_lcov, "the test cannot tell the two merges apart");
 
     // The sidecar (an aggregator over the replicas): the same.
-    let sidecar = Sidecar::start(&["--exact", "--replicas", &by_dns, "--dns-server", &dns.arg(), "--listen", "127.0.0.1:0"], None);
+    let sidecar = Sidecar::start(&["--replicas", &by_dns, "--dns-server", &dns.arg(), "--listen", "127.0.0.1:0"], None);
     assert_eq!(sidecar.coverage(""), merged);
     assert!(sidecar.targets().iter().all(|t| t["group"].is_string()));
     // With a test name, and a dump-and-reset: the same counts, named.

@@ -2,7 +2,8 @@
 //! `livecov` binary, the fixture service with the agent as replicas on
 //! loopback addresses (127.0.0.2, 127.0.0.3, ...) sharing one port, a real
 //! DNS server (dnsmasq on a loopback port) standing in for cluster DNS, the
-//! sidecar as a process, and small fake targets that misbehave.
+//! sidecar as a process, small fake targets that misbehave, and llvm-cov 22
+//! as the oracle of an exact merge.
 
 #![allow(dead_code)]
 
@@ -568,4 +569,40 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM")
+}
+
+// ---------------------------------------------------------------- the oracle
+
+/// llvm-cov 22 over `profraws` merged (profiles of the fixture service,
+/// and of `objects` loaded into it), filtered as the agent filters: what an
+/// exact merge of those instances must print.
+pub fn llvm_cov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
+    let profdata = dir.join(format!("merged-{}.profdata", profraws.len() + objects.len() * 100));
+    let status = Command::new(livecov_tests::llvm_tool("llvm-profdata")).arg("merge").args(profraws).arg("-o").arg(&profdata).status();
+    assert!(status.expect("run llvm-profdata").success(), "llvm-profdata merge failed");
+    let mut cmd = Command::new(livecov_tests::llvm_tool("llvm-cov"));
+    cmd.args(["export", "-format=lcov"]).arg(service_bin());
+    for o in objects {
+        cmd.arg("-object").arg(o);
+    }
+    let own: String = format!("{}/", livecov_tests::workspace_root().join("agent-rust/src").display())
+        .chars()
+        .map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() })
+        .collect();
+    cmd.arg("-instr-profile")
+        .arg(&profdata)
+        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE))
+        .arg(format!("-ignore-filename-regex={own}"));
+    let out = cmd.output().expect("run llvm-cov");
+    assert!(out.status.success(), "llvm-cov export failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The replica's own raw profile now.
+pub fn profraw(r: &Replica, dir: &Path) -> PathBuf {
+    let resp = unix_request(&r.socket(), "GET", "/coverage?format=profraw");
+    assert_eq!(resp.status, 200);
+    let path = dir.join(format!("{}.profraw", r.instance()));
+    std::fs::write(&path, &resp.body).expect("write the profile");
+    path
 }
