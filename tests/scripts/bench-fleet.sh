@@ -17,9 +17,10 @@
 #   collects and the raw profiles are taken; the raw profiles are taken
 #   before and after, and must be the same bytes.
 # - livecov (release build), during that moment, in each merge mode it has
-#   (the LCOV merge, and `--exact` where collect and sidecar take it; --exact
-#   first): a cold `livecov collect --replicas dns:NAME:PORT --dns-server ...`
-#   of all replicas (the agents' first dump of that kind), then BENCH_RUNS
+#   (the exact merge: the default, or --exact in its first versions; and the
+#   LCOV merge: --lcov-merge, or the default before; the exact one first):
+#   a cold `livecov collect --replicas dns:NAME:PORT --dns-server ...` of
+#   all replicas (the agents' first dump of that kind), then BENCH_RUNS
 #   warm ones (default 3) and as many of the one replica, interleaved; wall
 #   time around the command, peak RSS from /usr/bin/time; a `livecov
 #   sidecar` per mode (no --poll-interval: each GET /coverage asks every
@@ -281,15 +282,25 @@ traffic_ms=$(( ($(now_ns) - s) / 1000000 ))
 total_requests=$(grep -o '[0-9.]* requests per second' "$work/clients.log" | wc -l)
 log "traffic took $traffic_ms ms ($total_requests redis-benchmark tests, $planned requests)"
 
-# --- the modes: the LCOV merge, and --exact where this livecov has it ---------------------------
-# --exact goes first: its cold collect is every agent's very first dump.
+# --- the modes: the exact merge where this livecov has it, and the LCOV merge ---------------------
+# The exact merge goes first: its cold collect is every agent's very first
+# dump. Its flags: the default where there is --lcov-merge (which asks for
+# the LCOV merge), --exact in the first versions that had it.
+declare -A flags_of=([exact]="" [lcov]="")
 modes=()
-if "$livecov" collect --help | grep -q -- '--exact' && "$livecov" sidecar --help | grep -q -- '--exact'; then
-    modes+=(exact)
+collect_help=$("$livecov" collect --help)
+sidecar_help=$("$livecov" sidecar --help)
+if grep -q -- '--lcov-merge' <<<"$collect_help" && grep -q -- '--lcov-merge' <<<"$sidecar_help"; then
+    modes=(exact lcov)
+    flags_of[lcov]=--lcov-merge
+elif grep -q -- '--exact' <<<"$collect_help" && grep -q -- '--exact' <<<"$sidecar_help"; then
+    modes=(exact lcov)
+    flags_of[exact]=--exact
+else
+    modes=(lcov)
 fi
-modes+=(lcov)
-mode_flags() { [ "$1" = lcov ] || echo --exact; }
-log "merge modes measured: ${modes[*]}"
+mode_flags() { echo "${flags_of[$1]}"; }
+log "merge modes measured: ${modes[*]} (flags: exact '${flags_of[exact]}', lcov '${flags_of[lcov]}')"
 
 # --- the sidecars (no --poll-interval: each GET /coverage asks every replica) ---------------------
 declare -A sidecar_pid sidecar_addr
@@ -496,7 +507,7 @@ d_own=$(differing "$work/out/oracle-one.lcov" "$(ls "$work"/collect/lcov-one-1/i
 best=lcov
 [ "${fig[warm.exact]}" = - ] || best=exact
 
-row() { # row WHAT KEY PEER: the LCOV merge, --exact, the peer, --exact (else LCOV) / peer
+row() { # row WHAT KEY PEER: the LCOV merge, the exact merge, the peer, exact (else LCOV) / peer
     awk -v w="$1" -v a="${fig[$2.lcov]}" -v x="${fig[$2.exact]}" -v b="$3" -v best="$best" 'BEGIN {
         v = (best == "exact") ? x : a
         r = (b != "-" && b + 0 > 0 && v != "-") ? sprintf("%.2fx", v / b) : "-"
@@ -509,7 +520,7 @@ echo "on ${ips[0]} .. ${ips[-1]}, LD_PRELOAD liblivecov.so, agents on port $agen
 echo "traffic: $planned requests ($total_requests redis-benchmark tests), different on each replica; everything measured while every replica is held still (DEBUG SLEEP),"
 echo "but the sidecars' p50/p95 (under traffic). $livecov_label (release); peer: curl ?format=profraw, 16 at once, +"
 echo "llvm-profdata merge -sparse + llvm-cov export (LLVM 22, with the binary). Median of $runs runs; ratio: livecov ($best) / peer; load after: $load_after on $(nproc) CPUs"
-printf "%-54s %12s %12s %12s %9s\n" "what" "LCOV merge" "--exact" "peer" "ratio"
+printf "%-54s %12s %12s %12s %9s\n" "what" "LCOV merge" "exact merge" "peer" "ratio"
 row "cold collect of $replicas, ms (first dump of that kind)" cold "$peer48"
 row "warm collect of $replicas, ms" warm "$peer48"
 row "collect of 1, ms" one "$peer1"
