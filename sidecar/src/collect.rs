@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use hyper::body::Bytes;
 
 use crate::client::{self, CoverageQuery, Target};
-use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome, Progress};
+use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Mappings, Outcome, Progress};
 use crate::output::{write_output, write_outputs, Output};
 use livecov::fleet::BuildMapping;
 
@@ -292,7 +292,17 @@ async fn collect(args: Args) -> Result<()> {
         }
         let row_started = SystemTime::now();
         let t0 = Instant::now();
-        let (body, meta, error) = read_report(report, options.max_body);
+        let (body, meta, mut error) = read_report(report, options.max_body);
+        // Its counters, when a live process of its build gave the mapping.
+        let counters = match body.is_some().then(|| read_counters(report, options.mappings.as_deref(), options.max_body)) {
+            Some(Ok(counters)) => counters,
+            Some(Err(e)) => {
+                error = Some(e);
+                None
+            }
+            None => None,
+        };
+        let body = body.filter(|_| error.is_none());
         let ended = match meta.as_ref().and_then(|m| m.state.as_deref()) {
             // Its final report: the process exited.
             Some("exited") | None => "gone",
@@ -314,7 +324,17 @@ async fn collect(args: Args) -> Result<()> {
             attempts: 1,
             error,
         };
-        if let Some(body) = body {
+        if let (Some((mapping, counters)), Some(_)) = (counters, &body) {
+            // A live answer older than the report is replaced by it.
+            texts.remove(&report.instance);
+            for r in rows.iter_mut().filter(|r| r.instance.as_deref() == Some(report.instance.as_str())) {
+                r.file = None;
+                r.group = None;
+            }
+            row.group = Some(mapping.id().to_owned());
+            row.file = args.profraw.then(|| format!("instances/{}.profraw", file_name_for(&report.instance)));
+            exact.insert(report.instance.clone(), (mapping, counters));
+        } else if let Some(body) = body {
             let body = match &args.test {
                 Some(t) => Bytes::from(snapshot::retitle(&String::from_utf8_lossy(&body), t)),
                 None => body,
@@ -522,6 +542,30 @@ pub fn read_report(report: &ReportFile, max_body: usize) -> (Option<Bytes>, Opti
         Ok(()) => (Some(body), meta, None),
         Err(e) => (None, meta, Some(format!("{}: {e}", report.path.display()))),
     }
+}
+
+/// The counters a process wrote beside its report (`ReportFile::counters`),
+/// checked, with their build mapping: `Ok(None)` when there are none, or
+/// when no target of that build gave its mapping (an exited process cannot),
+/// and the report joins as LCOV.
+pub fn read_counters(
+    report: &ReportFile,
+    mappings: Option<&Mappings>,
+    max_body: usize,
+) -> Result<Option<(Arc<BuildMapping>, Bytes)>, String> {
+    let (Some(path), Some(mappings)) = (&report.counters, mappings) else { return Ok(None) };
+    let bytes = read_bounded(path, max_body)?;
+    let not_counters = || format!("{}: not a livecov counters file (a mapping id line, then gzip data)", path.display());
+    let newline = bytes.iter().position(|&b| b == b'\n').ok_or_else(not_counters)?;
+    let id = std::str::from_utf8(&bytes[..newline])
+        .ok()
+        .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(not_counters)?;
+    let Some(mapping) = mappings.known(id) else { return Ok(None) };
+    let counters = bytes.slice(newline + 1..);
+    let document = livecov::fleet::gunzip("counters", &counters, max_body).map_err(|e| format!("{}: {e}", path.display()))?;
+    mapping.profiles(&document).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Some((mapping, counters)))
 }
 
 fn read_bounded(path: &Path, max: usize) -> Result<Bytes, String> {

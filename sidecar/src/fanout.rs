@@ -49,6 +49,12 @@ impl std::fmt::Debug for Mappings {
 }
 
 impl Mappings {
+    /// The build mapping `id`, if a target of that build gave it already.
+    pub fn known(&self, id: &str) -> Option<Arc<BuildMapping>> {
+        let cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
+        cells.get(id).and_then(|c| c.get().cloned())
+    }
+
     fn cell(&self, id: &str) -> Arc<tokio::sync::OnceCell<Arc<BuildMapping>>> {
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
         cells.entry(id.to_owned()).or_default().clone()

@@ -56,7 +56,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{self, CoverageQuery};
-use crate::collect::{parse_seconds, read_report, source_json, TargetArgs};
+use crate::collect::{parse_seconds, read_counters, read_report, source_json, TargetArgs};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
 use crate::metrics::{self, Gauges, Metrics, TargetGauge};
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
@@ -406,17 +406,33 @@ impl Sidecar {
             return;
         }
         let max = self.options.max_body;
+        let mappings = self.options.mappings.clone();
         let read = tokio::task::spawn_blocking(move || {
             wanted.into_iter().map(|r| {
-                let (body, meta, error) = read_report(&r, max);
-                (r, body, meta, error)
+                let (body, meta, mut error) = read_report(&r, max);
+                // Its counters, when a live process of its build gave the
+                // mapping (in this round or an earlier one).
+                let exact = match body.is_some().then(|| read_counters(&r, mappings.as_deref(), max)) {
+                    Some(Ok(exact)) => exact,
+                    Some(Err(e)) => {
+                        error = Some(e);
+                        None
+                    }
+                    None => None,
+                };
+                let body = body.filter(|_| error.is_none());
+                let (body, exact) = match exact {
+                    Some((mapping, counters)) => (Some(counters), Some(mapping)),
+                    None => (body, None),
+                };
+                (r, body, exact, meta, error)
             }).collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
         let mut store = lock(&self.store);
         let store = &mut *store;
-        for (report, body, meta, error) in read {
+        for (report, body, exact, meta, error) in read {
             let address = report.path.display().to_string();
             // A process whose socket still answers (or fails) is shown by
             // its socket's row; its newer report only feeds the merge.
@@ -462,7 +478,7 @@ impl Sidecar {
                     report.instance.clone(),
                     Instance {
                         body,
-                        exact: None,
+                        exact,
                         taken: report.modified,
                         address,
                         report: Some((report.modified, report.size)),

@@ -132,6 +132,10 @@ pub struct ReportFile {
     pub size: u64,
     /// `DIR/reports/<instance>.json`, the instance's metadata, if present.
     pub metadata: Option<PathBuf>,
+    /// `DIR/reports/<instance>.counters`, when written after the report
+    /// (so the counters the report was computed from, or newer ones): what
+    /// the process's `?format=counters` answered, for an exact merge.
+    pub counters: Option<PathBuf>,
     pub source: String,
 }
 
@@ -444,13 +448,26 @@ fn list_dir(dir: &Path, reset: Option<SystemTime>, exclude: &[PathBuf]) -> (Vec<
                 // The metadata is written after the report: a change of
                 // either (`exited` after `running`) is a change to read.
                 let json_modified = std::fs::metadata(&json).and_then(|m| m.modified()).ok();
-                let modified = meta.modified().unwrap_or(UNIX_EPOCH).max(json_modified.unwrap_or(UNIX_EPOCH));
+                let report_modified = meta.modified().unwrap_or(UNIX_EPOCH);
+                let counters = path.with_extension("counters");
+                let counters_modified = std::fs::metadata(&counters)
+                    .ok()
+                    .filter(|m| m.is_file() && m.len() > 0)
+                    .and_then(|m| m.modified().ok());
+                // The agent writes its counters after its report: older
+                // counters are those of an earlier report (or of one taken
+                // with a reset), and the report stands alone.
+                let counters_modified = counters_modified.filter(|&t| t >= report_modified);
+                let modified = report_modified
+                    .max(json_modified.unwrap_or(UNIX_EPOCH))
+                    .max(counters_modified.unwrap_or(UNIX_EPOCH));
                 if reset.is_some_and(|r| modified <= r) {
                     continue;
                 }
                 reports.push(ReportFile {
                     instance: instance.to_owned(),
                     metadata: json_modified.is_some().then_some(json),
+                    counters: counters_modified.is_some().then_some(counters),
                     path,
                     modified,
                     size: meta.len(),

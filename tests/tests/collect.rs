@@ -140,9 +140,14 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     let exited_report = read(&exited.report(&exited_instance));
     let cov_arg = cov.to_str().unwrap();
 
+    // The exited process left its counters beside its report, and the live
+    // one, of the same build, gives the mapping: one exact group, what
+    // llvm-cov prints over the live profile and the exited one's exit profile.
+    assert!(exited.report(&exited_instance).with_extension("counters").exists());
     let first = dir.join("first");
     collect_ok(&["--dir", cov_arg, "-o", first.to_str().unwrap()]);
-    let want = merge(&[&live.own_dump(), &exited_report]);
+    let exit_profile = dir.join(format!("exit-127.0.0.1-{}.profraw", exited.pid()));
+    let want = llvm_cov(&[profraw(&live, &dir), exit_profile], &[], &dir);
     assert_eq!(read(&first.join("merged.lcov")), want);
     assert_eq!(function_count(&want, PRIMES), 1);
     let m = manifest(&first);
@@ -154,17 +159,22 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     assert!(gone["address"].as_str().unwrap().ends_with(".lcov"));
     assert_eq!(gone["runtime"], "rust");
     assert_eq!(gone["pid"], exited.pid());
-    // The exited process's report is its file; the live one, merged
-    // exactly, has none.
-    assert_eq!(instance_files(&first), [(format!("{exited_instance}.lcov"), exited_report.clone())]);
+    assert!(gone["group"].is_string() && gone["group"] == row(&live.instance())["group"], "{m}");
+    // Both merged exactly: no file of their own.
+    assert!(instance_files(&first).is_empty());
     assert_eq!(row(&live.instance())["file"], serde_json::Value::Null);
+    // Merged as LCOV: each instance's report is its file, and the merge is theirs.
+    let lcov = dir.join("lcov");
+    collect_ok(&["--dir", cov_arg, "--lcov-merge", "-o", lcov.to_str().unwrap()]);
+    assert_eq!(read(&lcov.join("merged.lcov")), merge(&[&live.own_dump(), &exited_report]));
+    assert_eq!(instance_files(&lcov).len(), 2);
 
     // A per-test collection with --reset takes the exited process's report
     // one last time; later collections leave it out.
     let second = dir.join("second");
     collect_ok(&["--dir", cov_arg, "--reset", "--test", "t", "-o", second.to_str().unwrap()]);
     let second_lcov = read(&second.join("merged.lcov"));
-    assert_eq!(second_lcov, merge(&[&want.replace("SF:", "TN:t\nSF:")]));
+    assert_eq!(second_lcov, want.replace("SF:", "TN:t\nSF:"));
     let third = dir.join("third");
     collect_ok(&["--dir", cov_arg, "-o", third.to_str().unwrap()]);
     assert!(instance_files(&third).is_empty());
@@ -172,8 +182,29 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     assert!(lines_hit(&third_lcov).is_empty(), "{third_lcov}");
     assert_eq!(manifest(&third)["targets"].as_array().unwrap().len(), 1);
     // The output folder is reused: stale instance files are gone.
-    collect_ok(&["--dir", cov_arg, "-o", first.to_str().unwrap()]);
-    assert!(instance_files(&first).is_empty());
+    collect_ok(&["--dir", cov_arg, "-o", lcov.to_str().unwrap()]);
+    assert!(instance_files(&lcov).is_empty());
+
+    // With no live process of its build to give the mapping, an exited
+    // process's report joins as LCOV: here, alone, as it is.
+    let alone = dir.join("alone");
+    let mut only = Replica::start("127.0.0.1", None, None, &alone, &[]);
+    only.get("/fib?n=3");
+    let only_instance = only.instance();
+    only.quit();
+    let out = dir.join("alone-out");
+    collect_ok(&["--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let only_report = read(&only.report(&only_instance));
+    assert_eq!(read(&out.join("merged.lcov")), only_report);
+    assert_eq!(instance_files(&out), [(format!("{only_instance}.lcov"), only_report)]);
+    assert!(manifest(&out)["targets"][0]["group"].is_null());
+    // Malformed counters beside a report are that report's error.
+    std::fs::write(only.report(&only_instance).with_extension("counters"), "not counters\n").unwrap();
+    let run = livecov(&["collect", "--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let row = &manifest(&out)["targets"][0];
+    assert_eq!(row["state"], "error", "{row}");
+    assert!(row["error"].as_str().unwrap().contains("not a livecov counters file"), "{row}");
 }
 
 #[test]

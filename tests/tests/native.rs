@@ -714,7 +714,7 @@ fn a_second_copy_of_livecov_does_not_start_a_second_agent() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("LIVECOV_ALREADY_STARTED") && stderr.contains("another livecov agent"), "{stderr}");
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports/").count();
-    assert_eq!(reports, 2, "one instance: its .lcov and .json");
+    assert_eq!(reports, 3, "one instance: its .lcov, .counters and .json");
 }
 
 // ---------------------------------------------------------------- the C API from C
@@ -907,7 +907,7 @@ fn installs_with_a_pkg_config_file() {
     let expected = llvm_cov(Toolchain::Clang19, &exe, &[], &[dir.join("c.profraw")], &dir);
     assert_same_lcov(&read(&dir.join("c.lcov")), &expected, "app linked with -llivecov");
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports").count();
-    assert_eq!(reports, 2, "one instance: its .lcov and .json");
+    assert_eq!(reports, 3, "one instance: its .lcov, .counters and .json");
 }
 
 /// A file of the docs' example (fixtures/native/example), checked to be

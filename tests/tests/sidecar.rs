@@ -174,12 +174,21 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     // report has its traffic (its socket file stays behind).
     p3.quit();
     let p4_dump = p4.own_dump();
+    let p4_profile = profraw(&p4, &dir);
     let p4_report = p4.report(&i4);
-    wait_for("p4's periodic report", || (std::fs::read_to_string(&p4_report).ok()? == p4_dump).then_some(()));
+    let p4_counters = p4_report.with_extension("counters");
+    let periodic = || Some(std::fs::metadata(&p4_counters).ok()?.modified().ok()? >= std::fs::metadata(&p4_report).ok()?.modified().ok()?);
+    wait_for("p4's periodic report and counters", || {
+        (std::fs::read_to_string(&p4_report).ok()? == p4_dump && periodic()?).then_some(())
+    });
     p4.kill();
     assert!(p4.socket().exists(), "a killed process leaves its socket");
-    let p3_report = std::fs::read_to_string(p3.report(&i3)).expect("p3's final report");
-    let want = merge(&[&p1.own_dump(), &p2.own_dump(), &p3_report, &p4_dump]);
+    // One build: the live processes, the exited one's final counters and the
+    // killed one's last periodic counters, summed; the oracle is llvm-cov
+    // over their profiles of those moments (p3's exit profile, p4's own
+    // profile when its periodic report had its traffic).
+    let p3_profile = dir.join(format!("exit-127.0.0.1-{}.profraw", p3.pid()));
+    let want = llvm_cov(&[profraw(&p1, &dir), profraw(&p2, &dir), p3_profile, p4_profile], &[], &dir);
 
     // The pod's sidecar: on a Unix socket (no token) and on TCP (token).
     let socket = dir.join("sidecar.sock");
@@ -206,6 +215,8 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     assert_eq!(state_of(&i4), ["lost"], "{rows:?}");
     let p3_row = rows.iter().find(|r| r["instance"] == i3.as_str()).unwrap();
     assert_eq!(p3_row["kind"], "report");
+    let p1_row = rows.iter().find(|r| r["instance"] == i1.as_str()).unwrap();
+    assert!(p3_row["group"].is_string() && p3_row["group"] == p1_row["group"], "the exited process in its build's group: {rows:?}");
     assert_eq!(p3_row["runtime"], "rust");
 
     // An aggregator over pods merges per instance: the pod answers as one.

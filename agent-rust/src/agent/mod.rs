@@ -388,6 +388,37 @@ impl Agent {
     pub fn write_report(&self) {
         let Some(files) = &self.files else { return };
         self.report_or_complain(&files.report, false);
+        // After the report: a collector takes counters for an exact merge
+        // only when they are at least as new as the report beside them.
+        self.counters_or_complain(&files.counters);
+    }
+
+    /// The settings a build mapping carries: the agent's report options.
+    fn report_settings(&self) -> ReportSettings<'_> {
+        ReportSettings {
+            ignore: self.ignore.get_or_init(|| config::ignore_patterns(self.config.ignore.as_ref())),
+            demangle: self.config.demangle,
+            path_map: &self.config.path_map,
+        }
+    }
+
+    /// Writes `reports/<instance>.counters`: the mapping id, a newline, and
+    /// the counters as `?format=counters` answers them.
+    fn counters_or_complain(&self, file: &reports::InstanceFile) {
+        let counters = std::panic::catch_unwind(|| lock(&self.engine).counters(false, &self.report_settings()));
+        match counters {
+            Ok(Ok((gzip, id))) => {
+                let mut bytes = Vec::with_capacity(id.len() + 1 + gzip.len());
+                bytes.extend_from_slice(id.as_bytes());
+                bytes.push(b'\n');
+                bytes.extend_from_slice(&gzip);
+                if let Err(e) = file.write(&bytes) {
+                    eprintln!("livecov: cannot write {}: {e}", file.path().display());
+                }
+            }
+            Ok(Err(e)) => eprintln!("livecov: no counters beside the report (an exact merge takes the report): {e}"),
+            Err(_) => eprintln!("livecov: internal error while writing the counters (please report it)"),
+        }
     }
 
     /// Writes the report (counts since start or the last reset) to `path`,
@@ -500,11 +531,7 @@ impl Service for Handle {
                 Ok(Body { content_type: "application/json", bytes, mapping: None })
             }
             Format::Counters | Format::Mapping => {
-                let settings = ReportSettings {
-                    ignore: agent.ignore.get_or_init(|| config::ignore_patterns(agent.config.ignore.as_ref())),
-                    demangle: agent.config.demangle,
-                    path_map: &agent.config.path_map,
-                };
+                let settings = agent.report_settings();
                 let mut engine = lock(&agent.engine);
                 let (bytes, id) = if query.format == Format::Counters {
                     engine.counters(query.reset, &settings)

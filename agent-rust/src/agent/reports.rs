@@ -1,5 +1,6 @@
-//! An instance's files in `reports/` (its metadata and its LCOV report), and
-//! how they stay writable after the process gives up the rights it started
+//! An instance's files in `reports/` (its metadata, its LCOV report and the
+//! counters the report was computed from, for an exact merge), and how they
+//! stay writable after the process gives up the rights it started
 //! with.
 //!
 //! Files are written to a temporary name beside them and renamed, so that
@@ -19,10 +20,14 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-/// `reports/<instance>.json` and `reports/<instance>.lcov`.
+/// `reports/<instance>.json`, `reports/<instance>.lcov` and
+/// `reports/<instance>.counters`.
 pub struct InstanceFiles {
     pub metadata: InstanceFile,
     pub report: InstanceFile,
+    /// The build mapping id, a newline, then the counters document (gzip,
+    /// see `crate::fleet`): what `?format=counters` answers.
+    pub counters: InstanceFile,
 }
 
 impl InstanceFiles {
@@ -31,18 +36,20 @@ impl InstanceFiles {
         InstanceFiles {
             metadata: InstanceFile::new(reports.join(format!("{instance}.json"))),
             report: InstanceFile::new(reports.join(format!("{instance}.lcov"))),
+            counters: InstanceFile::new(reports.join(format!("{instance}.counters"))),
         }
     }
 
-    /// Prepares both files when the process runs as root, the one that
+    /// Prepares the files when the process runs as root, the one that
     /// changes its user after a fork. Once the metadata is written: the
-    /// report is then made empty, as sidecars read it before it has content.
+    /// report is then made empty, as sidecars read it before it has content
+    /// (an empty counters file is one a collector leaves aside).
     pub fn prepare_if_privileged(&self) {
         // Safety: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        for file in [&self.metadata, &self.report] {
+        for file in [&self.metadata, &self.report, &self.counters] {
             if let Err(e) = file.prepare() {
                 eprintln!(
                     "livecov: cannot open {}: {e} (if the process changes its user, its reports may be lost)",
@@ -55,6 +62,7 @@ impl InstanceFiles {
     pub fn close_in_child(&self) {
         self.metadata.close_in_child();
         self.report.close_in_child();
+        self.counters.close_in_child();
     }
 }
 
