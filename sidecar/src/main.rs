@@ -32,7 +32,24 @@ enum Command {
     Collect(collect::Args),
 }
 
+/// Caps glibc's malloc arenas at two. glibc gives a thread that allocates
+/// while others do an arena of its own, and keeps memory freed there for
+/// that arena: the checks of answers and the merges run on tokio's blocking
+/// threads, each of which would keep the megabytes it decoded (a sidecar
+/// over 48 redis processes under traffic peaked at 122 MiB, 50 MiB so; a
+/// collect of them at 55 MiB, 39 MiB so). `MALLOC_ARENA_MAX`, when set, wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn cap_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // Safety: called first in main, before any thread starts; mallopt
+        // only sets an allocator parameter.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    cap_malloc_arenas();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Convert(args) => convert::run(args),
