@@ -219,7 +219,7 @@ fn processes_killed_before_their_final_report_are_lost_not_running() {
     };
     // Killed with a periodic report on disk, and killed with none.
     let mut periodic = Replica::start("127.0.0.1", None, None, &cov, &[("LIVECOV_FLUSH_SECS", "0.1")]);
-    periodic.get(&format!("/primes?limit=10"));
+    periodic.get("/primes?limit=10");
     let periodic_instance = periodic.instance();
     wait_for("a periodic report with /primes", || {
         let r = std::fs::read_to_string(periodic.report(&periodic_instance)).ok()?;
