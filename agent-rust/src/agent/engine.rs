@@ -438,7 +438,9 @@ impl Engine {
         let document = fleet::encode_counters(snapshots.iter().map(|s| (&s.counters[..], &s.bitmap[..])));
         let id = match &self.mapping_id {
             Some(id) => id.clone(),
-            None => self.mapping(settings)?.1,
+            // The id only: compressing the document is the larger part of
+            // its cost, and the collector asks for it once per build.
+            None => self.mapping_document(settings)?.1,
         };
         Ok((fleet::gzip(&document), id))
     }
@@ -447,6 +449,12 @@ impl Engine {
     /// gzipped, and its id. Reads the modules' files again: the mapping
     /// sections are not loaded, and are not kept in memory between calls.
     pub fn mapping(&mut self, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
+        let (document, id) = self.mapping_document(settings)?;
+        Ok((fleet::gzip(&document), id))
+    }
+
+    /// The build mapping, uncompressed, and its id (kept for `counters`).
+    fn mapping_document(&mut self, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
         let snapshots = self.snapshot()?;
         let images = self
             .modules
@@ -479,7 +487,7 @@ impl Engine {
             .collect();
         let (document, id) = fleet::encode_mapping(&parts, settings)?;
         self.mapping_id = Some(id.clone());
-        Ok((fleet::gzip(&document), id))
+        Ok((document, id))
     }
 
     /// Records the current counts as the new zero.
