@@ -635,6 +635,75 @@ fn prefork_workers_sum_to_the_exit_profiles() {
 }
 
 #[test]
+fn the_workers_of_a_preloaded_c_server_merge_exactly_as_llvm_cov_does() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("prefork-exact");
+    let cov = dir.join("cov");
+    let mut child = command(&b.prefork, &dir)
+        .arg("3")
+        .env("LD_PRELOAD", &shim().so)
+        .env("LIVECOV_DIR", &cov)
+        .env("LLVM_PROFILE_FILE", "/dev/null")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start prefork");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("listening line");
+    let port: u16 = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("listening on PORT");
+    line.clear();
+    stdout.read_line(&mut line).expect("workers line");
+    let workers: Vec<u32> =
+        line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
+    let mut instances: Vec<String> = workers.iter().map(|&pid| instance_of(&cov, pid)).collect();
+    instances.push(instance_of(&cov, child.id()));
+    let request = |text: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to a worker");
+        s.write_all(text.as_bytes()).expect("send");
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("answer");
+        answer
+    };
+    // Workers take connections as they come: each counts a different share.
+    for n in 1..=9 {
+        request(&format!("fib {n}\n"));
+    }
+    request("primes 30\n");
+    request("classify -4\n");
+
+    // The workers wait in accept(): the collection and their own raw
+    // profiles are of the same moment.
+    let out = dir.join("out");
+    let run = Command::new(livecov_tests::livecov_bin())
+        .args(["collect", "--dir"])
+        .arg(&cov)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .expect("run livecov collect");
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let profraws: Vec<PathBuf> = instances
+        .iter()
+        .map(|i| {
+            let (status, body) = unix_get(&cov.join("sockets").join(format!("{i}.sock")), "/coverage?format=profraw");
+            assert_eq!(status, 200);
+            let path = dir.join(format!("{i}.profraw"));
+            std::fs::write(&path, body).expect("write the profile");
+            path
+        })
+        .collect();
+    let expected = llvm_cov(Toolchain::Clang19, &b.prefork, &[], &profraws, &dir);
+    assert_eq!(read(&out.join("merged.lcov")), expected);
+    let manifest: serde_json::Value = serde_json::from_str(&read(&out.join("manifest.json"))).expect("JSON");
+    assert_eq!(manifest["groups"].as_array().map(Vec::len), Some(1), "one build, one exact group: {manifest}");
+
+    for _ in 0..3 {
+        assert_eq!(request("quit\n"), "bye\n");
+    }
+    assert!(child.wait().expect("wait").success());
+}
+
+#[test]
 fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
     // CI runs the tests as root, which this needs: a test run as another
     // user fails here, at the workers' setuid.
