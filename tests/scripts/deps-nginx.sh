@@ -1,141 +1,17 @@
 #!/usr/bin/env bash
 # nginx from Debian's source package, built with clang-19 and coverage, for
-# tests/tests/nginx.rs (the agent preloaded into a real pre-fork daemon):
-# - a deb-src entry for each of the machine's Debian archive entries
-#   (/etc/apt/sources.list.d/livecov-deb-src.sources, written only when it
-#   would change), so that `apt-get source` finds the package;
-# - the newest version `apt-cache showsrc nginx` lists whose files the
-#   archive has (a mirror may list versions it does not hold), unpacked with Debian's patches (dpkg-source, in dpkg-dev);
-# - configured with the modules that need no -dev library (no PCRE, zlib or
-#   OpenSSL) and built in target/nginx/<version>-<hash>, the hash of this
-#   script (its flags) and of the compiler's version: a new version, flag or
-#   compiler is a new build, and an unchanged one is not built again;
-#   target/nginx/current points at the build in use.
-# Safe to run from several processes at once (one flock).
+# tests/tests/nginx.rs (the agent preloaded into a real pre-fork daemon), in
+# target/nginx/current (see debian-source.sh). Configured with the modules
+# that need no -dev library: rewrite (PCRE) and gzip (zlib) off; SSL is off
+# unless asked for.
 set -euo pipefail
+. "$(dirname "$0")/debian-source.sh"
 
-root=$(cd "$(dirname "$0")/../.." && pwd)
-out="$root/target/nginx"
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-
-missing=()
-for p in dpkg-dev make clang-19 libclang-rt-19-dev; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "deps-nginx: installing ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
-mkdir -p "$out"
-exec 9>"$out.lock"
-flock 9
-
-# The source entries: the machine's own entries of this Debian release
-# (suites `codename` and `codename-*`), deb822 or one-line, as deb-src.
-codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
-src_list=/etc/apt/sources.list.d/livecov-deb-src.sources
-wanted=$(
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] && [ "$f" != "$src_list" ] || continue
-        awk -v codename="$codename" '
-            function flush() {
-                if (debian && types ~ /(^| )deb( |$)/) { print "Types: deb-src"; printf "%s", rest; print "" }
-                types = ""; rest = ""; debian = 0
-            }
-            /^[ \t]*#/ { next }
-            /^[ \t]*$/ { flush(); next }
-            /^Types:/ { types = $0; sub(/^Types:[ \t]*/, "", types); next }
-            /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == codename || index($i, codename "-") == 1) debian = 1 }
-            { rest = rest $0 "\n" }
-            END { flush() }' "$f"
-    done
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [ -f "$f" ] || continue
-        # One-line entries: `deb [options] URI suite components...`.
-        awk -v codename="$codename" '$1 == "deb" {
-            i = 2; options = ""
-            if ($2 ~ /^\[/) { while ($i !~ /\]$/) { options = options " " $i; i++ } options = options " " $i; i++ }
-            if ($(i + 1) != codename && index($(i + 1), codename "-") != 1) next
-            components = ""; for (j = i + 2; j <= NF; j++) components = components " " $j
-            sub(/^ /, "", options); gsub(/[\[\]]/, "", options)
-            print "Types: deb-src"; print "URIs: " $i; print "Suites: " $(i + 1); print "Components:" components
-            if (options != "") { n = split(options, o, " "); for (k = 1; k <= n; k++) { split(o[k], kv, "="); if (kv[1] == "signed-by") print "Signed-By: " kv[2] } }
-            print "" }' "$f"
-    done
-)
-if [ -z "$wanted" ]; then
-    echo "deps-nginx: no entry of Debian $codename in /etc/apt/sources.list* to take nginx's source from" >&2
-    exit 1
-fi
-if [ "$(cat "$src_list" 2>/dev/null)" != "$wanted" ]; then
-    echo "deps-nginx: adding deb-src entries ($src_list)"
-    printf '%s\n' "$wanted" | $sudo tee "$src_list" >/dev/null
-    $sudo apt-get update -qq
-elif ! apt-cache showsrc nginx 2>/dev/null | grep -q '^Version:'; then
-    $sudo apt-get update -qq
-fi
-
-versions=$(apt-cache showsrc nginx | sed -n 's/^Version: //p' | sort -u)
-if [ -z "$versions" ]; then
-    echo "deps-nginx: apt-cache showsrc nginx lists no version" >&2
-    exit 1
-fi
-# Newest first (dpkg's order, not sort's).
-ordered=()
-for v in $versions; do
-    i=0
-    while [ $i -lt ${#ordered[@]} ] && dpkg --compare-versions "${ordered[$i]}" gt "$v"; do i=$((i + 1)); done
-    ordered=("${ordered[@]:0:$i}" "$v" "${ordered[@]:$i}")
-done
-
-# What decides the build besides the version. Modules off: rewrite (PCRE),
-# gzip (zlib); SSL is off unless asked for.
-cc=clang-19
-configure_args=(
-    --with-cc="$cc"
-    --with-cc-opt="-O0 -g -fprofile-instr-generate -fcoverage-mapping"
-    --with-ld-opt="-fprofile-instr-generate"
-    --without-pcre
-    --without-http_rewrite_module
-    --without-http_gzip_module
-)
-flags_hash=$( (cat "$0"; "$cc" --version) | sha256sum | cut -c1-12)
-
-# A build of a listed version with these flags is kept (the archive had its
-# files); only without one are versions tried, newest first.
-for version in "${ordered[@]}"; do
-    if [ -x "$out/$version-$flags_hash/src/objs/nginx" ]; then
-        ln -sfn "$version-$flags_hash" "$out/current"
-        exit 0
-    fi
-done
-for version in "${ordered[@]}"; do
-    key="$version-$flags_hash"
-    build="$out/$key"
-    echo "deps-nginx: building nginx $version with $cc and coverage in $build"
-    rm -rf "$build"
-    mkdir -p "$build/download"
-    if ! (cd "$build/download" && apt-get source --download-only -qq "nginx=$version" >/dev/null 2>"$build/download.log"); then
-        echo "deps-nginx: the archive has not the files of nginx $version ($(tail -n 1 "$build/download.log")); trying an older one"
-        rm -rf "$build"
-        continue
-    fi
-    # apt checked the files against the archive's signed index: no keyring needed here.
-    dpkg-source --no-check -x "$build/download/nginx_${version#*:}.dsc" "$build/src" >/dev/null
-    (
-        cd "$build/src"
-        ./configure "${configure_args[@]}" >"$build/configure.log" 2>&1 ||
-            { tail -n 30 "$build/configure.log" >&2; exit 1; }
-        make -j"$(nproc)" >"$build/make.log" 2>&1 || { tail -n 30 "$build/make.log" >&2; exit 1; }
-    )
-    rm -rf "$build/download" "$build/download.log" "$build"/nginx_*.tar.*
-    # Earlier builds are of another version or other flags: no longer used.
-    find "$out" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -exec rm -rf {} +
-    ln -sfn "$key" "$out/current"
-    exit 0
-done
-echo "deps-nginx: the archive has the files of none of nginx's versions: ${ordered[*]}" >&2
-exit 1
+built() { [ -x "$1/src/objs/nginx" ]; }
+build() {
+    ./configure --with-cc="$cc" --with-cc-opt="-O0 -g -fprofile-instr-generate -fcoverage-mapping" \
+        --with-ld-opt="-fprofile-instr-generate" --without-pcre --without-http_rewrite_module \
+        --without-http_gzip_module >"$1/configure.log" 2>&1 || { tail -n 30 "$1/configure.log" >&2; exit 1; }
+    make -j"$(nproc)" >"$1/make.log" 2>&1 || { tail -n 30 "$1/make.log" >&2; exit 1; }
+}
+build_debian_source nginx built build
