@@ -550,16 +550,14 @@ fn a_dlopened_plugin_is_reported() {
     assert_eq!(function_count(&live, "plugin.c", "plugin_compute"), 2);
 }
 
-#[test]
-fn prefork_workers_sum_to_the_exit_profiles() {
-    let b = built(Toolchain::Clang19);
-    let dir = scratch("prefork");
-    let cov = dir.join("cov");
-    let mut child = command(&b.prefork, &dir)
+/// `prefork 3` under LD_PRELOAD with LIVECOV_DIR `cov` and exit profiles
+/// `profile_file`: the parent, its listening port and its workers' pids.
+fn start_prefork(dir: &Path, cov: &Path, profile_file: &std::ffi::OsStr) -> (Child, u16, Vec<u32>) {
+    let mut child = command(&built(Toolchain::Clang19).prefork, dir)
         .arg("3")
         .env("LD_PRELOAD", &shim().so)
-        .env("LIVECOV_DIR", &cov)
-        .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
+        .env("LIVECOV_DIR", cov)
+        .env("LLVM_PROFILE_FILE", profile_file)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -573,16 +571,27 @@ fn prefork_workers_sum_to_the_exit_profiles() {
     let workers: Vec<u32> =
         line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
     assert_eq!(workers.len(), 3);
+    (child, port, workers)
+}
+
+/// One request line to a prefork worker on `port`, and its answer.
+fn prefork_request(port: u16, text: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to a worker");
+    s.write_all(text.as_bytes()).expect("send");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    answer
+}
+
+#[test]
+fn prefork_workers_sum_to_the_exit_profiles() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("prefork");
+    let cov = dir.join("cov");
+    let (mut child, port, workers) = start_prefork(&dir, &cov, dir.join("exit-%p.profraw").as_os_str());
     let parent = instance_of(&cov, child.id());
     let instances: Vec<String> = workers.iter().map(|&pid| instance_of(&cov, pid)).collect();
-
-    let request = |text: &str| {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to a worker");
-        s.write_all(text.as_bytes()).expect("send");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("answer");
-        answer
-    };
+    let request = |text: &str| prefork_request(port, text);
     for n in 1..=12 {
         request(&format!("fib {n}\n"));
     }
@@ -639,31 +648,10 @@ fn the_workers_of_a_preloaded_c_server_merge_exactly_as_llvm_cov_does() {
     let b = built(Toolchain::Clang19);
     let dir = scratch("prefork-exact");
     let cov = dir.join("cov");
-    let mut child = command(&b.prefork, &dir)
-        .arg("3")
-        .env("LD_PRELOAD", &shim().so)
-        .env("LIVECOV_DIR", &cov)
-        .env("LLVM_PROFILE_FILE", "/dev/null")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start prefork");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("listening line");
-    let port: u16 = line.trim().strip_prefix("listening on ").and_then(|p| p.parse().ok()).expect("listening on PORT");
-    line.clear();
-    stdout.read_line(&mut line).expect("workers line");
-    let workers: Vec<u32> =
-        line.trim().strip_prefix("workers ").expect("workers line").split(' ').map(|p| p.parse().expect("pid")).collect();
+    let (mut child, port, workers) = start_prefork(&dir, &cov, std::ffi::OsStr::new("/dev/null"));
     let mut instances: Vec<String> = workers.iter().map(|&pid| instance_of(&cov, pid)).collect();
     instances.push(instance_of(&cov, child.id()));
-    let request = |text: &str| {
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to a worker");
-        s.write_all(text.as_bytes()).expect("send");
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).expect("answer");
-        answer
-    };
+    let request = |text: &str| prefork_request(port, text);
     // Workers take connections as they come: each counts a different share.
     for n in 1..=9 {
         request(&format!("fib {n}\n"));
