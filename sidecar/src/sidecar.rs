@@ -308,7 +308,13 @@ impl Sidecar {
                 row.source = f.endpoint.source.clone();
                 row.last_duration = Some(f.duration);
                 match &f.outcome {
-                    Outcome::Snapshot { instance, body, meta } => {
+                    Outcome::Snapshot { instance, body: answer, meta }
+                    | Outcome::Counters { instance, counters: answer, meta, .. } => {
+                        // Counters are of an exact group: their mapping's id.
+                        let exact = match &f.outcome {
+                            Outcome::Counters { mapping, .. } => Some(mapping.clone()),
+                            _ => None,
+                        };
                         row.state = State::Running;
                         row.instance = Some(instance.clone());
                         row.last_snapshot = Some(f.started);
@@ -316,34 +322,18 @@ impl Sidecar {
                         row.dumps += 1;
                         let old = store.instances.get(instance);
                         let meta = meta.clone().or_else(|| old.and_then(|o| o.meta.clone()));
-                        if old.is_none_or(|o| o.body != *body) {
+                        if old.is_none_or(|o| o.body != *answer) {
                             store.generation += 1;
                         }
-                        store.instances.insert(
-                            instance.clone(),
-                            Instance { body: body.clone(), exact: None, taken: f.started, address: address.clone(), report: None, meta },
-                        );
-                    }
-                    Outcome::Counters { instance, counters, mapping, meta } => {
-                        row.state = State::Running;
-                        row.instance = Some(instance.clone());
-                        row.last_snapshot = Some(f.started);
-                        row.last_error = None;
-                        row.dumps += 1;
-                        let old = store.instances.get(instance);
-                        let meta = meta.clone().or_else(|| old.and_then(|o| o.meta.clone()));
-                        if old.is_none_or(|o| o.body != *counters) {
-                            store.generation += 1;
-                        }
-                        let instance_state = Instance {
-                            body: counters.clone(),
-                            exact: Some(mapping.clone()),
+                        let state = Instance {
+                            body: answer.clone(),
+                            exact,
                             taken: f.started,
                             address: address.clone(),
                             report: None,
                             meta,
                         };
-                        store.instances.insert(instance.clone(), instance_state);
+                        store.instances.insert(instance.clone(), state);
                     }
                     Outcome::Reset { instance } => {
                         row.state = State::Running;
