@@ -454,13 +454,18 @@ fn reopening_the_logs_works_and_nginx_still_serves() {
                 && ["access.log", "error.log"].iter().all(|log| logs.join(log).exists());
             reopened.then_some(())
         });
-        // The workers reopen after the master: their next request lands in
-        // the new access log.
-        n.until("a request logged in the new access log", |n| {
+        // Each worker reopens after the master, on its own: until it has,
+        // the requests it serves still go to the old log. Every worker
+        // writes the new one in the end.
+        n.until("every worker logging in the new access log", |n| {
             assert_eq!(n.get("/after-reopen").status, 404);
-            n.log("access.log").contains("GET /after-reopen ").then_some(())
+            let log = n.log("access.log");
+            workers.iter().all(|pid| log.lines().any(|l| l.starts_with(&format!("{pid} \"GET /after-reopen ")))).then_some(())
         });
-        assert!(!n.log("access.log.1").contains("/after-reopen"), "a request logged in the old access log");
+        for _ in 0..4 {
+            assert_eq!(n.get("/settled").status, 404);
+        }
+        assert!(!n.log("access.log.1").contains("/settled"), "a request logged in the old access log");
         n.serve(2);
         assert_eq!(n.children(), workers, "reopening restarted the workers");
         n.stop();
