@@ -1320,9 +1320,12 @@ fn a_rust_program_without_the_agent_crate_under_ld_preload() {
 
     // SIGTERM: the last dump is the final report, the signal the status.
     s.get("/hello");
+    // The serve loop counts its own lines after the handler's thread ends:
+    // the moment is taken once two dumps agree, as above.
     let last = wait_for("the last request counted", || {
         let dump = get("/coverage").text();
-        (function_count_like(&dump, "handlers.rs", "handlers5hello") == 2).then_some(dump)
+        (function_count_like(&dump, "handlers.rs", "handlers5hello") == 2 && get("/coverage").text() == dump)
+            .then_some(dump)
     });
     // Safety: signalling our own child.
     unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
