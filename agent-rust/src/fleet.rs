@@ -343,6 +343,50 @@ impl BuildMapping {
         Ok(())
     }
 
+    /// The counters of several processes of this build (uncompressed
+    /// documents) as one document: each module's counters added element by
+    /// element, saturating as llvm-profdata adds them, and its MC/DC bitmaps
+    /// or-ed. The processes share every record, so this is what merging
+    /// their profiles gives, and a collector above this one merges it as one
+    /// process. `None` for a build with single-byte counters: a merged count
+    /// (one per process that covered the region) does not fit in a byte.
+    pub fn sum(&self, documents: &[&[u8]]) -> Result<Option<Vec<u8>>> {
+        if self.modules.iter().any(|m| m.layout.variant.byte_coverage) {
+            return Ok(None);
+        }
+        let mut sums: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for (i, document) in documents.iter().enumerate() {
+            let blobs = self.blobs(document)?;
+            if i == 0 {
+                sums = blobs.iter().map(|(c, b)| (c.to_vec(), b.to_vec())).collect();
+                continue;
+            }
+            for (((sum_c, sum_b), (c, b)), (m, path)) in sums.iter_mut().zip(&blobs).zip(self.modules.iter().zip(&self.paths)) {
+                if sum_c.len() != c.len() || sum_b.len() != b.len() || c.len() % 8 != 0 {
+                    return Err(Error::malformed(
+                        "counters",
+                        0,
+                        format!("{path}: counter sections of different sizes ({} and {} bytes) in one build", sum_c.len(), c.len()),
+                    ));
+                }
+                let big = m.layout.endian == Endian::Big;
+                for (s, x) in sum_c.chunks_exact_mut(8).zip(c.chunks_exact(8)) {
+                    let (a, b): ([u8; 8], [u8; 8]) = (s[..].try_into().unwrap_or_default(), x.try_into().unwrap_or_default());
+                    let sum = if big {
+                        u64::from_be_bytes(a).saturating_add(u64::from_be_bytes(b)).to_be_bytes()
+                    } else {
+                        u64::from_le_bytes(a).saturating_add(u64::from_le_bytes(b)).to_le_bytes()
+                    };
+                    s.copy_from_slice(&sum);
+                }
+                for (s, x) in sum_b.iter_mut().zip(*b) {
+                    *s |= x;
+                }
+            }
+        }
+        Ok(Some(encode_counters(sums.iter().map(|(c, b)| (&c[..], &b[..])))))
+    }
+
     /// The raw profile a process's counters stand for: what its
     /// `?format=profraw` would have been (64-bit little-endian modules of
     /// raw version 8 and later only, as there).

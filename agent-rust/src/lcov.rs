@@ -157,7 +157,7 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
         let mut names = String::new();
         let mut ends = Vec::new();
         for f in coverage.functions_in(file) {
-            write_display_name(&mut names, &f.name, options.no_demangle);
+            write_display_name(&mut names, f.name, options.no_demangle);
             ends.push(names.len());
         }
         let mut start = 0;

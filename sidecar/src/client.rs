@@ -223,6 +223,13 @@ impl Client {
         self.checked(Method::GET, &query.path()).await
     }
 
+    /// `GET /coverage?format=mapping`, naming the build mapping wanted
+    /// (`Livecov-Mapping: id`): an agent serves its own, a sidecar the one
+    /// of that id.
+    pub async fn mapping(&self, id: &str) -> Result<Response, ClientError> {
+        self.checked_with(Method::GET, "/coverage?format=mapping", Some(("livecov-mapping", id))).await
+    }
+
     /// `POST /reset`; returns the instance that was reset, when it said.
     pub async fn reset(&self) -> Result<Option<String>, ClientError> {
         let r = self.checked(Method::POST, "/reset").await?;
@@ -236,7 +243,14 @@ impl Client {
 
     /// A request whose answer must be 2xx.
     pub async fn checked(&self, method: Method, path: &str) -> Result<Response, ClientError> {
-        let r = self.request(method, path).await?;
+        self.checked_with(method, path, None).await
+    }
+
+    async fn checked_with(&self, method: Method, path: &str, header: Option<(&str, &str)>) -> Result<Response, ClientError> {
+        let r = match tokio::time::timeout(self.timeout, self.request_unbounded(method, path, header)).await {
+            Ok(r) => r?,
+            Err(_) => return Err(ClientError::Timeout { target: self.target.to_string(), after: self.timeout }),
+        };
         if r.status.is_success() {
             Ok(r)
         } else {
@@ -257,14 +271,17 @@ impl Client {
 
     /// One request, any status; bounded by the timeout and the body limit.
     pub async fn request(&self, method: Method, path: &str) -> Result<Response, ClientError> {
-        match tokio::time::timeout(self.timeout, self.request_unbounded(method, path)).await {
+        match tokio::time::timeout(self.timeout, self.request_unbounded(method, path, None)).await {
             Ok(r) => r,
             Err(_) => Err(ClientError::Timeout { target: self.target.to_string(), after: self.timeout }),
         }
     }
 
-    async fn request_unbounded(&self, method: Method, path: &str) -> Result<Response, ClientError> {
+    async fn request_unbounded(&self, method: Method, path: &str, header: Option<(&str, &str)>) -> Result<Response, ClientError> {
         let mut request = Request::builder().method(method);
+        if let Some((name, value)) = header {
+            request = request.header(name, value);
+        }
         let path = match &self.target {
             Target::Unix(_) => {
                 request = request.header(HOST, "localhost");

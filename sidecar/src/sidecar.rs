@@ -51,7 +51,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use livecov::agent::connection::{authorized, idle_expired, next_connection, refuse, Accepted, BusyGuard, ConnState, Tracked};
-use livecov::agent::server::{parse_query, Format};
+use livecov::agent::server::{parse_query, Format, MAPPING_HEADER};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
@@ -987,14 +987,19 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
                 Ok(q) => q,
                 Err(e) => return error(e.status, &e.message),
             };
-            if !matches!(q.format, Format::Lcov | Format::Json) {
-                return error(
+            match q.format {
+                Format::Lcov | Format::Json => coverage(sc, q.test, q.reset, q.format == Format::Json).await,
+                Format::Counters => counters(sc, q.test, q.reset).await,
+                Format::Mapping => {
+                    mapping(sc, req.headers().get(MAPPING_HEADER).and_then(|v| v.to_str().ok()))
+                }
+                _ => error(
                     400,
-                    "a sidecar serves merged LCOV (format=lcov or json); raw profiles come from each agent \
-                     (GET /targets lists them)",
-                );
+                    "a sidecar serves merged LCOV (format=lcov or json) and, for an aggregator, the counters \
+                     and mapping of its exact group (format=counters, mapping); raw profiles come from each \
+                     agent (GET /targets lists them)",
+                ),
             }
-            coverage(sc, q.test, q.reset, q.format == Format::Json).await
         }
         "/reset" => {
             if let Err(r) = read_body(req.into_body()).await {
@@ -1050,6 +1055,87 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
     h.insert("livecov-instances", HeaderValue::from(instances));
     h.insert("livecov-targets-failed", HeaderValue::from(failed));
     r
+}
+
+/// `?format=counters`: when every instance in the merge is of one exact
+/// group (a pod's processes of one build), their counters summed, under
+/// the group's mapping id, so that an aggregator merges this pod exactly
+/// with the others; otherwise the merge as LCOV, which it merges as LCOV.
+async fn counters(sc: &Sidecar, test: Option<String>, reset: bool) -> Resp {
+    let (entries, failed) = if reset {
+        let outcome = sc.reset(true).await;
+        (outcome.entries, Some(outcome.failed.len()))
+    } else {
+        let seen = sc.round_seq.load(Ordering::Acquire);
+        sc.refresh(Some(seen)).await;
+        (sc.entries_locked(&lock(&sc.store)), None)
+    };
+    let max = sc.options.max_body;
+    let summed = tokio::task::spawn_blocking(move || {
+        let sum = snapshot::one_group_sum(entries.iter().map(|(k, b, m)| (k.as_str(), m.as_ref(), b)), max);
+        (sum, entries)
+    })
+    .await;
+    let (sum, entries) = match summed {
+        Ok((Ok(sum), entries)) => (sum, entries),
+        Ok((Err(e), _)) => return error(500, &e),
+        Err(_) => return error(500, "internal error while summing counters"),
+    };
+    let Some((id, body)) = sum else {
+        if !reset {
+            return coverage(sc, test, false, false).await;
+        }
+        let n = entries.len();
+        let Ok(_permit) = sc.merges.acquire().await else { return error(503, "shutting down") };
+        return match merge_entries(entries, test, max).await {
+            Ok(text) => {
+                let mut r = ok("text/plain; charset=utf-8", text);
+                r.headers_mut().insert("livecov-instances", HeaderValue::from(n));
+                r.headers_mut().insert("livecov-targets-failed", HeaderValue::from(failed.unwrap_or(0)));
+                r
+            }
+            Err(e) => error(500, &e),
+        };
+    };
+    let mut r = ok("application/gzip", Bytes::from(body));
+    let h = r.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert(MAPPING_HEADER, v);
+    }
+    h.insert("livecov-instances", HeaderValue::from(entries.len()));
+    h.insert("livecov-targets-failed", HeaderValue::from(failed.unwrap_or_else(|| sc.counts().1)));
+    r
+}
+
+/// `?format=mapping`: the build mapping named by the request's
+/// `Livecov-Mapping` (as an aggregator asks, after counters that named it),
+/// else the one of this sidecar's exact group, as its agents served it.
+fn mapping(sc: &Sidecar, wanted: Option<&str>) -> Resp {
+    let id = match wanted {
+        Some(id) => Some(id.to_owned()),
+        None => {
+            let store = lock(&sc.store);
+            let ids: Option<std::collections::BTreeSet<String>> =
+                store.instances.values().map(|i| i.exact.as_ref().map(|m| m.id().to_owned())).collect();
+            ids.filter(|ids| ids.len() == 1).and_then(|ids| ids.into_iter().next())
+        }
+    };
+    let document = id.as_deref().zip(sc.options.mappings.as_ref()).and_then(|(id, m)| m.document(id));
+    match (document, id) {
+        (Some(d), Some(id)) => {
+            let mut r = ok("application/gzip", d);
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                r.headers_mut().insert(MAPPING_HEADER, v);
+            }
+            r
+        }
+        (_, Some(id)) => error(404, &format!("this sidecar has no build mapping {}", clip(&id))),
+        _ => error(
+            404,
+            "this sidecar's merge is not one exact group (several builds, or instances without counters): \
+             ask for its LCOV",
+        ),
+    }
 }
 
 /// Reads (and discards) a request body of at most [`MAX_BODY_BYTES`].

@@ -107,6 +107,30 @@ pub fn exact_groups<'a>(
     Ok(groups.into_iter().map(|(id, (mapping, sum))| (id.to_owned(), mapping.report(&sum, test))).collect())
 }
 
+/// When every instance is of one exact group: that group's id and the
+/// instances' counters summed (gzip), which a collector above merges as one
+/// process of the build. `None` otherwise (several builds, an instance
+/// without counters, none at all, single-byte counters).
+pub fn one_group_sum<'a>(
+    instances: impl IntoIterator<Item = (&'a str, Option<&'a Arc<BuildMapping>>, &'a Bytes)>,
+    max_body: usize,
+) -> Result<Option<(String, Vec<u8>)>, String> {
+    let mut mapping: Option<&BuildMapping> = None;
+    let mut documents = Vec::new();
+    for (instance, m, counters) in instances {
+        let Some(m) = m else { return Ok(None) };
+        if mapping.is_some_and(|first| first.id() != m.id()) {
+            return Ok(None);
+        }
+        mapping = Some(m);
+        documents.push(fleet::gunzip("counters", counters, max_body).map_err(|e| format!("{instance}: {e}"))?);
+    }
+    let Some(mapping) = mapping else { return Ok(None) };
+    let documents: Vec<&[u8]> = documents.iter().map(Vec::as_slice).collect();
+    let sum = mapping.sum(&documents).map_err(|e| e.to_string())?;
+    Ok(sum.map(|doc| (mapping.id().to_owned(), fleet::gzip(&doc))))
+}
+
 /// The final report: the LCOV `texts` (retitled when `test` is given) and
 /// the exact groups' reports, merged as LCOV. A single exact group and
 /// nothing else is its report as it is: an LCOV merge would recount its

@@ -124,3 +124,83 @@ fn collect_and_sidecar_merge_each_build_as_llvm_cov_does() {
     let after = sidecar.coverage("");
     assert!(lines_hit(&after).is_empty(), "counts after a reset: {after}");
 }
+
+/// Two pods, each a sidecar over two processes of the build in its folder,
+/// under an aggregator: each pod sidecar serves its processes' counters
+/// summed, so the aggregator's report is llvm-cov's over all four
+/// processes, which merging the pods' reports as LCOV is not. A
+/// dump-and-reset through the aggregator resets every process once.
+#[test]
+fn an_aggregator_merges_pod_sidecars_exactly() {
+    let dir = scratch("exact_merge", "pods");
+    let pod = |name: &str| {
+        let cov = dir.join(name);
+        let replicas = [Replica::start("127.0.0.1", None, None, &cov, &[]), Replica::start("127.0.0.1", None, None, &cov, &[])];
+        let sidecar = Sidecar::start(&["--dir", cov.to_str().unwrap(), "--listen", "127.0.0.1:0"], None);
+        (replicas, sidecar)
+    };
+    let (a, a_sidecar) = pod("pod-a");
+    let (b, b_sidecar) = pod("pod-b");
+    a[0].get("/hello?name=a");
+    a[1].get("/fib?n=9");
+    b[0].get("/primes?limit=40");
+    b[1].get("/hello?name=b");
+    b[1].get("/fib?n=4");
+
+    let aggregator = Sidecar::start(
+        &[
+            "--target",
+            &format!("http://{}", a_sidecar.addr.unwrap()),
+            "--target",
+            &format!("http://{}", b_sidecar.addr.unwrap()),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    let merged = aggregator.coverage("");
+    let profiles = dir.join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    let all: Vec<PathBuf> = a.iter().chain(&b).map(|r| profraw(r, &profiles)).collect();
+    let expected = llvm_cov(&all, &[], &dir);
+    assert_eq!(merged, expected);
+    let pods = merge(&[&a_sidecar.coverage(""), &b_sidecar.coverage("")]);
+    assert_ne!(pods, expected, "the test cannot tell an exact merge from an LCOV merge of the pods");
+    let targets = aggregator.targets();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    let groups: std::collections::BTreeSet<&str> = targets.iter().map(|t| t["group"].as_str().expect("a group")).collect();
+    assert_eq!(groups.len(), 1, "{targets:?}");
+    // The pod sidecar serves the mapping its agents gave.
+    let mapping = a_sidecar.get("/coverage?format=mapping");
+    assert_eq!(mapping.status, 200);
+    assert_eq!(mapping.header("livecov-mapping"), groups.first().copied());
+
+    // A pod sidecar that is not one exact group (here with --lcov-merge)
+    // answers the aggregator with LCOV, merged as LCOV with the others.
+    let c_cov = dir.join("pod-c");
+    let c = Replica::start("127.0.0.1", None, None, &c_cov, &[]);
+    c.get("/fib?n=15");
+    let c_sidecar = Sidecar::start(&["--dir", c_cov.to_str().unwrap(), "--listen", "127.0.0.1:0", "--lcov-merge"], None);
+    let mixed = Sidecar::start(
+        &[
+            "--target",
+            &format!("http://{}", a_sidecar.addr.unwrap()),
+            "--target",
+            &format!("http://{}", c_sidecar.addr.unwrap()),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    assert_eq!(mixed.coverage(""), merge(&[&a_sidecar.coverage(""), &c_sidecar.coverage("")]));
+    let groups: Vec<bool> = mixed.targets().iter().map(|t| t["group"].is_string()).collect();
+    assert_eq!(groups.iter().filter(|g| **g).count(), 1, "{:?}", mixed.targets());
+    drop(mixed);
+
+    // Dump-and-reset through both levels: the same counts, then none.
+    assert_eq!(aggregator.coverage("?reset=1"), expected);
+    for r in a.iter().chain(&b) {
+        assert!(lines_hit(&r.own_dump()).is_empty(), "a process was not reset");
+    }
+    assert!(lines_hit(&aggregator.coverage("")).is_empty());
+}

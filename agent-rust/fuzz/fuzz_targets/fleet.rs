@@ -1,6 +1,7 @@
 //! Fuzzes the exact merge's documents (`livecov::fleet`), which a collector
 //! reads from other processes: a build mapping, then counters checked
-//! against it, merged, turned into a raw profile and into LCOV.
+//! against it, summed with itself, merged, turned into a raw profile and
+//! into LCOV.
 //!
 //! Input: `mapping_len: u32 LE`, the uncompressed build mapping, then the
 //! uncompressed counters document (lengths clamped to what is there).
@@ -20,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let (mapping, counters) = body.split_at(len.min(body.len()));
     let Ok(build) = BuildMapping::decode(mapping) else { return };
     let _ = build.profraw(counters);
+    let _ = build.sum(&[counters, counters]);
     let mut sum = Counters::new();
     if build.add(&mut sum, counters).is_ok() && build.total_lines() <= MAX_TOTAL_LINES {
         let _ = build.report(&sum, Some("t"));
