@@ -21,18 +21,23 @@ use livecov::profile::{Counters, NameTable, ProfileReader};
     long_about = "Convert raw profiles (.profraw) of an instrumented binary to LCOV, exactly as \
                   `llvm-profdata merge` + `llvm-cov export -format=lcov` of LLVM 22 would, \
                   without any LLVM tool.",
-    after_help = "Example:\n  livecov convert --binary target/debug/app --profraw default_*.profraw -o coverage.lcov"
+    after_help = "Examples:\n  livecov convert --binary target/debug/app --profraw default_*.profraw -o coverage.lcov\n  \
+                  livecov convert --go-coverdir covdata/ -o coverage.lcov"
 )]
 pub struct Args {
     /// The instrumented executable (or shared object) the profiles came from.
-    #[arg(long, value_name = "PATH")]
-    binary: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "go_coverdir")]
+    binary: Option<PathBuf>,
     /// More instrumented objects whose coverage to include (shared objects).
     #[arg(long = "object", value_name = "PATH")]
     objects: Vec<PathBuf>,
     /// Raw profiles to merge; each file may hold several concatenated profiles.
-    #[arg(long, value_name = "FILE", num_args = 1.., required = true)]
+    #[arg(long, value_name = "FILE", num_args = 1.., required_unless_present = "go_coverdir")]
     profraw: Vec<PathBuf>,
+    /// Instead of a binary and raw profiles: a Go GOCOVERDIR (covmeta and
+    /// covcounters files, as a Go -cover build writes them), read with no Go tool.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["binary", "profraw", "objects", "no_demangle", "skip_branches"])]
+    go_coverdir: Option<PathBuf>,
     /// Write the LCOV report here instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
@@ -54,6 +59,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(dir) = &args.go_coverdir {
+        return convert_go(dir, &args);
+    }
+    let binary = args.binary.as_deref().context("--binary is required")?;
     let options = lcov::Options {
         ignore_filename_regex: args
             .ignore_filename_regex
@@ -73,7 +82,7 @@ pub fn run(args: Args) -> Result<()> {
     // hands the table it decoded to the mapping's.
     let (mapping, profiles) = std::thread::scope(|scope| {
         let (names, profile_names) = mpsc::sync_channel(1);
-        let mapping = scope.spawn(|| load_mapping(&args.binary, &args.objects, profile_names));
+        let mapping = scope.spawn(|| load_mapping(binary, &args.objects, profile_names));
         let profiles = load_profiles(&args.profraw, names);
         let mapping = mapping.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (mapping, profiles)
@@ -110,6 +119,25 @@ pub fn run(args: Args) -> Result<()> {
     std::mem::forget(mapping);
     std::mem::forget(counters);
     Ok(())
+}
+
+/// `--go-coverdir`: a GOCOVERDIR's meta-data and counter files to LCOV.
+fn convert_go(dir: &Path, args: &Args) -> Result<()> {
+    if args.skip_functions || args.summary_only {
+        bail!("--skip-functions and --summary-only are not available with --go-coverdir");
+    }
+    let options = livecov_cli::go_coverage::Options {
+        ignore: args
+            .ignore_filename_regex
+            .iter()
+            .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
+            .collect::<Result<_>>()?,
+    };
+    let lcov = livecov_cli::go_coverage::lcov_from_dir(dir, &options)?;
+    match &args.output {
+        Some(out) => write_atomically(out, |file| file.write_all(lcov.as_bytes())),
+        None => std::io::stdout().lock().write_all(lcov.as_bytes()).context("writing to standard output"),
+    }
 }
 
 /// Objects and their build ids.

@@ -7,6 +7,7 @@ pub mod client;
 pub mod collect;
 pub mod dump;
 pub mod fanout;
+pub mod go_coverage;
 pub mod merge;
 pub mod merge_command;
 pub mod metrics;

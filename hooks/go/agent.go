@@ -1,0 +1,311 @@
+package livecov
+
+// The running instance: snapshots of the counters (a reset keeps the
+// counters of that moment as the baseline that later dumps subtract, so a
+// dump-and-reset loses and repeats nothing), the files in LIVECOV_DIR, the
+// periodic and final reports.
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/coverage"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+)
+
+type agent struct {
+	cfg      *config
+	instance string
+	started  time.Time
+	rawMeta  []byte
+	meta     *meta
+	model    *model
+
+	// mu serialises snapshots: a baseline changes between two dumps only.
+	mu       sync.Mutex
+	baseline map[funcKey][]uint32
+	preamble []byte // a counter file's segment preamble, as the runtime writes it
+
+	unix     net.Listener  // nil without LIVECOV_DIR
+	limit    chan struct{} // a slot per open connection
+	tcp      net.Listener  // nil without LIVECOV_LISTEN
+	reportMu sync.Mutex    // one report or metadata write at a time
+}
+
+// snapshot reads the counters now, less the baseline; with reset, they
+// become the baseline.
+func (a *agent) snapshot(reset bool) (map[funcKey][]uint32, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var b bytes.Buffer
+	if err := coverage.WriteCounters(&b); err != nil {
+		return nil, fmt.Errorf("cannot read this program's coverage counters: %v", err)
+	}
+	cd, err := decodeCounters(b.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("cannot decode this program's coverage counters: %v", err)
+	}
+	a.preamble = cd.preamble
+	delta := make(map[funcKey][]uint32, len(cd.counters))
+	for key, now := range cd.counters {
+		base := a.baseline[key]
+		d := make([]uint32, len(now))
+		for i, v := range now {
+			if i < len(base) {
+				v -= base[i] // modulo 2^32, as the counters themselves wrap
+			}
+			d[i] = v
+		}
+		delta[key] = d
+	}
+	if reset {
+		a.baseline = cd.counters
+	}
+	return delta, nil
+}
+
+func (a *agent) lcovNow(test string, reset bool) ([]byte, error) {
+	counters, err := a.snapshot(reset)
+	if err != nil {
+		return nil, err
+	}
+	return a.model.lcov(a.model.count(counters), test), nil
+}
+
+// covdata is `?format=covdata`: a tar of the meta-data file and a counter
+// file of this moment, as the runtime would write them into GOCOVERDIR.
+func (a *agent) covdata(reset bool) ([]byte, error) {
+	counters, err := a.snapshot(reset)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	preamble := a.preamble
+	a.mu.Unlock()
+	keys := make([]funcKey, 0, len(counters))
+	for k := range counters {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].pkg < keys[j].pkg || (keys[i].pkg == keys[j].pkg && keys[i].fn < keys[j].fn)
+	})
+	data := encodeCounters(a.meta.hash, preamble, keys, counters)
+	now := time.Now()
+	var out bytes.Buffer
+	w := tar.NewWriter(&out)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{fmt.Sprintf("covmeta.%x", a.meta.hash), a.rawMeta},
+		{fmt.Sprintf("covcounters.%x.%d.%d", a.meta.hash, os.Getpid(), now.UnixNano()), data},
+	} {
+		hdr := &tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: now.Truncate(time.Second), Typeflag: tar.TypeReg}
+		if err := w.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if _, err := w.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func (a *agent) socketPath() string {
+	return filepath.Join(a.cfg.dir, "sockets", a.instance+".sock")
+}
+
+func (a *agent) reportPath(ext string) string {
+	return filepath.Join(a.cfg.dir, "reports", a.instance+"."+ext)
+}
+
+// run opens the listeners, writes the metadata and serves until the process ends.
+func (a *agent) run() error {
+	if a.cfg.dir != "" {
+		for _, sub := range []string{"sockets", "reports"} {
+			if err := os.MkdirAll(filepath.Join(a.cfg.dir, sub), 0o755); err != nil {
+				return fmt.Errorf("cannot make %s: %v", filepath.Join(a.cfg.dir, sub), err)
+			}
+		}
+		l, err := a.listenUnix()
+		if err != nil {
+			return err
+		}
+		a.unix = l
+	}
+	if a.cfg.listen != "" {
+		l, err := net.Listen("tcp", a.cfg.listen)
+		if err != nil {
+			if a.unix != nil {
+				a.unix.Close()
+				os.Remove(a.socketPath())
+			}
+			return fmt.Errorf("cannot listen on LIVECOV_LISTEN=%q: %v", a.cfg.listen, err)
+		}
+		a.tcp = l
+	}
+	a.writeMetadata("running")
+	a.watchSignals()
+	if a.cfg.flush > 0 && a.cfg.dir != "" {
+		go func() {
+			for range time.Tick(a.cfg.flush) {
+				a.writeReport()
+			}
+		}()
+	}
+	a.limit = make(chan struct{}, maxConnections)
+	if a.tcp != nil {
+		go a.serve(a.tcp, true)
+	}
+	if a.unix != nil {
+		go a.serve(a.unix, false)
+	}
+	return nil
+}
+
+// listenUnix binds the instance's socket with its mode. A socket address
+// holds 107 bytes; a deeper path is bound through the folder's descriptor.
+func (a *agent) listenUnix() (net.Listener, error) {
+	path := a.socketPath()
+	addr := path
+	if len(path) > 107 {
+		dir, err := os.Open(filepath.Dir(path))
+		if err != nil {
+			return nil, fmt.Errorf("cannot open %s: %v", filepath.Dir(path), err)
+		}
+		// Kept open: the address names the descriptor for the process's lifetime.
+		addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %v", path, err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(path, a.cfg.socketMode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("cannot set the mode of %s: %v", path, err)
+	}
+	return l, nil
+}
+
+func (a *agent) metadata(state string) []byte {
+	program, err := os.Executable()
+	if err != nil {
+		program = os.Args[0]
+	}
+	var tcp any
+	if a.tcp != nil {
+		tcp = a.tcp.Addr().String()
+	}
+	packages := make([]string, 0, len(a.meta.packages))
+	for _, p := range a.meta.packages {
+		packages = append(packages, p.path)
+	}
+	b, _ := json.Marshal(map[string]any{ // maps of strings, numbers and slices always marshal
+		"instance":        a.instance,
+		"pid":             os.Getpid(),
+		"ppid":            os.Getppid(),
+		"runtime":         "go",
+		"livecov_version": Version,
+		"program":         program,
+		"build_id":        nil,
+		"modules":         packages,
+		"tcp":             tcp,
+		"start_time":      a.started.Unix(),
+		"uptime_secs":     time.Since(a.started).Seconds(),
+		"state":           state,
+		"go":              runtime.Version(),
+	})
+	return b
+}
+
+func (a *agent) writeMetadata(state string) {
+	if a.cfg.dir == "" {
+		return
+	}
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	a.write(a.reportPath("json"), a.metadata(state))
+}
+
+// writeReport writes reports/<instance>.lcov with the counts since start
+// or the last reset.
+func (a *agent) writeReport() {
+	if a.cfg.dir == "" {
+		return
+	}
+	lcov, err := a.lcovNow("", false)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "livecov: report not written: %v\n", err)
+		return
+	}
+	a.reportMu.Lock()
+	defer a.reportMu.Unlock()
+	a.write(a.reportPath("lcov"), lcov)
+}
+
+// write puts data into path through a temporary name: a reader never sees a torn file.
+func (a *agent) write(path string, data []byte) {
+	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
+	err := os.WriteFile(tmp, data, 0o644)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		fmt.Fprintf(os.Stderr, "livecov: cannot write %s: %v\n", path, err)
+	}
+}
+
+// watchSignals takes SIGTERM and SIGINT for the final report. Signals the
+// process started with ignored stay ignored (Notify would undo that).
+func (a *agent) watchSignals() {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	if len(sigs) == 0 {
+		return
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, sigs...)
+	go func() {
+		sig := (<-ch).(syscall.Signal)
+		// From here the signal has the action it would have without the
+		// hook: the runtime's default, or the program's own Notify.
+		signal.Stop(ch)
+		a.writeReport()
+		a.writeMetadata("exited")
+		if a.unix != nil {
+			os.Remove(a.socketPath())
+		}
+		syscall.Kill(os.Getpid(), sig)
+		// Still running: the program takes the signal itself, and will end
+		// when it decides to. The instance lives on until then.
+		time.Sleep(200 * time.Millisecond)
+		if a.unix != nil {
+			if l, err := a.listenUnix(); err == nil {
+				old := a.unix
+				a.unix = l
+				old.Close()
+				go a.serve(l, false)
+			}
+		}
+		a.writeMetadata("running")
+	}()
+}

@@ -1,0 +1,3 @@
+module livecov.dev/hooks/go
+
+go 1.21
