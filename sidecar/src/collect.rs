@@ -32,14 +32,16 @@ pub struct TargetArgs {
     #[arg(long = "dir", value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
     /// Replicas behind a headless Service: dns:NAME:PORT (A/AAAA records) or
-    /// srv:NAME (SRV records, ports from the records). Repeatable.
+    /// srv:NAME (SRV records, ports from the records). Repeatable. A name
+    /// that does not resolve is reported with why (no answer from the
+    /// server, REFUSED, NXDOMAIN, no records of that type) and what to check.
     #[arg(long = "replicas", value_name = "dns:NAME:PORT|srv:NAME")]
     pub replicas: Vec<Replicas>,
     /// One agent or sidecar: http://HOST:PORT, unix:PATH or PATH.sock. Repeatable.
     #[arg(long = "target", value_name = "URL")]
     pub targets: Vec<Target>,
-    /// Ask this DNS server (UDP/TCP) instead of the system's resolver
-    /// configuration (/etc/resolv.conf).
+    /// Ask this DNS server (UDP, then TCP) instead of the system's resolver
+    /// configuration (/etc/resolv.conf, its servers and search domains).
     #[arg(long, value_name = "IP:PORT")]
     pub dns_server: Option<SocketAddr>,
     /// Bearer token sent to TCP targets (their LIVECOV_TOKEN).
@@ -117,7 +119,9 @@ impl TargetArgs {
                   as LCOV; with --profraw, instances/<instance>.profraw of each one merged \
                   exactly) and manifest.json (every target: address, instance, runtime, program, \
                   build id, exact group, timing, error). Reports of exited processes in --dir \
-                  count. Exits non-zero when a target failed, unless --allow-partial.",
+                  count. The files are written in any case; exits 1 when a target failed or a \
+                  DNS server did not answer (unless --allow-partial), or when a --replicas name \
+                  has no records or nothing at all was found (unless --allow-empty).",
     after_help = "Examples:\n  \
                   livecov collect --replicas dns:app-coverage.ci.svc.cluster.local:9464 -o cov/\n  \
                   livecov collect --replicas srv:_coverage._tcp.app-coverage --test login --reset -o cov/login\n  \
@@ -137,9 +141,15 @@ pub struct Args {
     /// processes in --dir are forgotten after this collection.
     #[arg(long)]
     pub reset: bool,
-    /// Exit 0 even when some targets failed (they are in the manifest).
+    /// Exit 0 even when some targets failed, or a DNS server did not answer
+    /// or refused (they are in the manifest), as long as some target was
+    /// found (else --allow-empty).
     #[arg(long)]
     pub allow_partial: bool,
+    /// Exit 0 even when a --replicas name does not exist or has no records
+    /// (a Service scaled to zero), or when no target at all was found.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Also write each instance merged exactly as
     /// instances/<instance>.profraw, the raw profile its counters stand for
     /// (for llvm-profdata and llvm-cov; about a MiB each for a large C server).
@@ -394,6 +404,7 @@ async fn collect(args: Args) -> Result<()> {
     let failed = rows.iter().filter(|r| r.state == "error").count();
     let lost = rows.iter().filter(|r| r.state == "lost").count();
     let no_target = rows.is_empty();
+    let sources_failed = found.sources.iter().filter(|s| s.state.is_failure()).count();
     let manifest = serde_json::json!({
         "livecov_version": env!("CARGO_PKG_VERSION"),
         "test": args.test,
@@ -404,6 +415,7 @@ async fn collect(args: Args) -> Result<()> {
         "instances": texts.len() + exact.len(),
         "groups": groups_json(&exact),
         "targets_failed": failed,
+        "sources_failed": sources_failed,
         "totals": {
             "records": totals.records,
             "lines": totals.lines, "lines_hit": totals.lines_hit,
@@ -454,21 +466,40 @@ async fn collect(args: Args) -> Result<()> {
             }
         );
     }
-    for s in found.sources.iter().filter(|s| s.error.is_some()) {
-        eprintln!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or(""));
-    }
-    if args.allow_partial {
-        return Ok(());
-    }
-    if no_target {
+    // With no target, the sources' errors are the reason, given once in
+    // the error line.
+    if no_target && !args.allow_empty {
+        let why: Vec<String> = found
+            .sources
+            .iter()
+            .map(|s| format!("{}: {}", s.source, s.error.as_deref().unwrap_or("nothing there")))
+            .collect();
         bail!(
-            "no target found ({}); the manifest is in {} (--allow-partial to accept this)",
-            found.sources.iter().map(|s| s.source.as_str()).collect::<Vec<_>>().join(", "),
+            "no target found: {}; the manifest is in {} (--allow-empty to accept a collection without targets)",
+            why.join("; "),
             args.output.display()
         );
     }
+    for s in found.sources.iter().filter(|s| s.error.is_some()) {
+        eprintln!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or(""));
+    }
+    let mut partial = Vec::new();
     if failed > 0 {
-        bail!("{failed} of {} target(s) failed (see manifest.json; --allow-partial to accept this)", rows.len());
+        partial.push(format!("{failed} of {} target(s) failed", rows.len()));
+    }
+    if sources_failed > 0 {
+        partial.push(format!("{sources_failed} source(s) could not be resolved or listed"));
+    }
+    if !partial.is_empty() && !args.allow_partial {
+        bail!("{} (see manifest.json; --allow-partial to accept this)", partial.join(" and "));
+    }
+    let empty: Vec<&str> =
+        found.sources.iter().filter(|s| s.state.is_empty_answer()).map(|s| s.source.as_str()).collect();
+    if !empty.is_empty() && !args.allow_empty {
+        bail!(
+            "no target from {} (see above; --allow-empty to accept names without records)",
+            empty.join(", ")
+        );
     }
     Ok(())
 }
@@ -524,9 +555,12 @@ fn settle_left_over_sockets(rows: &mut Vec<Row>) {
 pub fn source_json(s: &SourceStatus) -> serde_json::Value {
     serde_json::json!({
         "source": s.source,
+        "state": s.state.as_str(),
         "targets": s.targets,
         "last_resolved": s.last_resolved.map(rfc3339),
+        "since": s.since.map(rfc3339),
         "error": s.error,
+        "previous_error": s.previous_error,
     })
 }
 

@@ -47,6 +47,16 @@ pub struct TargetGauge<'a> {
     pub last_snapshot: Option<f64>,
 }
 
+/// A gauge per source (`--dir`, `--replicas`, the `--target`s).
+pub struct SourceGauge<'a> {
+    pub source: &'a str,
+    /// `ok`, or how its resolution failed (`no_answer`, `refused`, `nxdomain`, ...).
+    pub state: &'a str,
+    pub targets: usize,
+    /// Since when the state holds (Unix time), for `--replicas`.
+    pub since: Option<f64>,
+}
+
 /// The point-in-time values the exposition needs besides the counters.
 pub struct Gauges<'a> {
     pub running: usize,
@@ -56,6 +66,7 @@ pub struct Gauges<'a> {
     pub instances: usize,
     pub snapshot_bytes: usize,
     pub targets: Vec<TargetGauge<'a>>,
+    pub sources: Vec<SourceGauge<'a>>,
     pub uptime: Duration,
 }
 
@@ -124,6 +135,28 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
         "When the target's last snapshot was taken (Unix time).",
         &last,
     );
+    let source = |s: &SourceGauge<'_>| format!("{{source=\"{}\"}}", escape(s.source));
+    let targets: Vec<(String, String)> = g.sources.iter().map(|s| (source(s), s.targets.to_string())).collect();
+    metric("livecov_sidecar_source_targets", "gauge", "Targets (and reports) each source lists now.", &targets);
+    let states: Vec<(String, String)> = g
+        .sources
+        .iter()
+        .map(|s| (format!("{{source=\"{}\",state=\"{}\"}}", escape(s.source), escape(s.state)), "1".to_owned()))
+        .collect();
+    metric(
+        "livecov_sidecar_source_state",
+        "gauge",
+        "1 for each source's state: ok, or how its resolution failed (no_answer, refused, nxdomain, no_records, failed).",
+        &states,
+    );
+    let since: Vec<(String, String)> =
+        g.sources.iter().filter_map(|s| s.since.map(|t| (source(s), format!("{t:.3}")))).collect();
+    metric(
+        "livecov_sidecar_source_state_since_timestamp_seconds",
+        "gauge",
+        "Since when a --replicas source is in its state (Unix time): when its name failed, or came back.",
+        &since,
+    );
     metric(
         "livecov_sidecar_uptime_seconds",
         "gauge",
@@ -166,6 +199,7 @@ mod tests {
             instances: 2,
             snapshot_bytes: 10,
             targets: vec![TargetGauge { address: "http://1.2.3.4:1", instance: Some("a\"b"), state: "running", last_snapshot: Some(1.5) }],
+            sources: vec![SourceGauge { source: "dns:cov.ns:9464", state: "nxdomain", targets: 0, since: Some(2.0) }],
             uptime: Duration::from_secs(3),
         };
         let text = render(&m, &g);
@@ -178,6 +212,9 @@ mod tests {
             "livecov_sidecar_requests_total{route=\"other\"} 1\n",
             "livecov_sidecar_target_up{address=\"http://1.2.3.4:1\",instance=\"a\\\"b\",state=\"running\"} 1\n",
             "# TYPE livecov_sidecar_instances gauge\n",
+            "livecov_sidecar_source_targets{source=\"dns:cov.ns:9464\"} 0\n",
+            "livecov_sidecar_source_state{source=\"dns:cov.ns:9464\",state=\"nxdomain\"} 1\n",
+            "livecov_sidecar_source_state_since_timestamp_seconds{source=\"dns:cov.ns:9464\"} 2.000\n",
         ] {
             assert!(text.contains(want), "{want} not in\n{text}");
         }

@@ -58,9 +58,9 @@ use tokio::sync::{watch, Semaphore};
 use crate::client::{self, CoverageQuery};
 use crate::collect::{parse_seconds, read_counters, read_report, source_json, TargetArgs};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
-use crate::metrics::{self, Gauges, Metrics, TargetGauge};
+use crate::metrics::{self, Gauges, Metrics, SourceGauge, TargetGauge};
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
-use crate::targets::{Discovery, Found, SourceStatus};
+use crate::targets::{Discovery, Found, SourceState, SourceStatus};
 use livecov::fleet::BuildMapping;
 
 #[derive(clap::Args, Debug)]
@@ -73,7 +73,9 @@ use livecov::fleet::BuildMapping;
                   and go), static targets. The instances of one build are merged exactly, as \
                   llvm-cov reports their profiles merged (--lcov-merge: as LCOV). Each instance's \
                   last snapshot stays in the merge until a reset, also when its process or \
-                  replica is gone.",
+                  replica is gone. A name that does not resolve (no answer, REFUSED, NXDOMAIN, \
+                  no records) is reported with what to check and resolved again: the sidecar \
+                  keeps running, as it may start before its replicas.",
     after_help = "Examples:\n  \
                   livecov sidecar --dir /cov --listen 0.0.0.0:9464 --token-file /run/secrets/token\n  \
                   livecov sidecar --replicas dns:app-coverage.ci.svc.cluster.local:9464 \\\n      \
@@ -102,7 +104,9 @@ pub struct Args {
     /// every instance: replicas deleted between two requests still count.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
     pub poll_interval: Option<Duration>,
-    /// Resolve --replicas names again after this many seconds.
+    /// Resolve --replicas names again after this many seconds, from the
+    /// start and also between requests: the log, /targets, /health and
+    /// /metrics say when a name fails (and why) or comes back.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     pub resolve_interval: Duration,
     /// Concurrent client connections.
@@ -261,11 +265,28 @@ impl Sidecar {
         self.apply(&found, &fetched).await;
     }
 
+    /// Resolves the `--replicas` names that are due, between rounds too, so
+    /// that `/targets`, `/health`, `/metrics` and the log say when a name
+    /// fails or comes back even when nobody asks for coverage.
+    pub async fn resolve(&self) {
+        let found = self.discovery.lock().await.discover(false).await;
+        self.noted(&found);
+    }
+
+    /// Keeps how the sources fared, and logs the names that failed or came back.
+    fn noted(&self, found: &Found) {
+        self.metrics.resolve_errors.fetch_add(found.failures as u64, Ordering::Relaxed);
+        lock(&self.store).sources = found.sources.clone();
+        for change in &found.changes {
+            eprintln!("livecov sidecar: {change}");
+        }
+    }
+
     /// Lists and asks every target.
     async fn ask_all(&self, ask: &Ask) -> (Found, Vec<Fetched>) {
         let clock = Instant::now();
         let found = self.discovery.lock().await.discover(false).await;
-        self.metrics.resolve_errors.fetch_add(found.failures as u64, Ordering::Relaxed);
+        self.noted(&found);
         let known: std::collections::HashSet<String> = {
             let store = lock(&self.store);
             store.instances.iter().filter(|(_, i)| i.meta.is_some()).map(|(k, _)| k.clone()).collect()
@@ -618,13 +639,33 @@ impl Sidecar {
                 })
             })
             .collect();
-        let sources: Vec<serde_json::Value> = lock(&self.store).sources.iter().map(source_json).collect();
-        serde_json::json!({ "instance": self.instance, "targets": rows, "sources": sources }).to_string()
+        let (sources, warnings) = {
+            let store = lock(&self.store);
+            (store.sources.iter().map(source_json).collect::<Vec<_>>(), self.warnings(&store.sources))
+        };
+        serde_json::json!({ "instance": self.instance, "targets": rows, "sources": sources, "warnings": warnings })
+            .to_string()
+    }
+
+    /// What `/health` and `/targets` warn of: no target found (a sidecar
+    /// started before its replicas keeps looking), and each source's error.
+    fn warnings(&self, sources: &[SourceStatus]) -> Vec<String> {
+        let mut out = Vec::new();
+        if !sources.is_empty() && sources.iter().all(|s| s.targets == 0) {
+            out.push("no target found yet: the sidecar keeps looking (see sources)".to_owned());
+        }
+        out.extend(sources.iter().filter_map(|s| s.error.as_ref().map(|e| format!("{}: {e}", s.source))));
+        out
     }
 
     fn health_json(&self) -> String {
         let (running, error, gone, lost) = self.counts();
-        let instances = lock(&self.store).instances.len();
+        let (instances, found, sources_failing, warnings) = {
+            let store = lock(&self.store);
+            let found: usize = store.sources.iter().map(|s| s.targets).sum();
+            let failing = store.sources.iter().filter(|s| s.state != SourceState::Ok).count();
+            (store.instances.len(), found, failing, self.warnings(&store.sources))
+        };
         serde_json::json!({
             "instance": self.instance,
             "pid": std::process::id(),
@@ -636,15 +677,18 @@ impl Sidecar {
             "state": "running",
             "targets": { "running": running, "error": error, "gone": gone, "lost": lost },
             "instances": instances,
+            "targets_found": found,
+            "sources_failing": sources_failing,
+            "warnings": warnings,
         })
         .to_string()
     }
 
     fn metrics_text(&self) -> String {
         let rows = self.rows();
-        let (snapshot_bytes, instances) = {
+        let (snapshot_bytes, instances, sources) = {
             let store = lock(&self.store);
-            (store.instances.values().map(|i| i.body.len()).sum(), store.instances.len())
+            (store.instances.values().map(|i| i.body.len()).sum(), store.instances.len(), store.sources.clone())
         };
         let count = |s: State| rows.iter().filter(|r| r.2 == s).count();
         let gauges = Gauges {
@@ -661,6 +705,15 @@ impl Sidecar {
                     instance: r.instance.as_deref(),
                     state: s.as_str(),
                     last_snapshot: r.last_snapshot.map(unix_secs),
+                })
+                .collect(),
+            sources: sources
+                .iter()
+                .map(|s| SourceGauge {
+                    source: &s.source,
+                    state: s.state.as_str(),
+                    targets: s.targets,
+                    since: s.since.map(unix_secs),
                 })
                 .collect(),
             uptime: self.started.elapsed(),
@@ -759,6 +812,7 @@ fn instance_id(dirs: &[PathBuf]) -> String {
 }
 
 async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, discovery: Discovery) -> Result<()> {
+    let watch_names = discovery.has_replicas().then(|| discovery.resolve_interval());
     let sidecar = Arc::new(Sidecar::new(instance_id(&args.targets.dirs), options, discovery));
     let tcp = match args.listen {
         Some(addr) => {
@@ -784,6 +838,21 @@ async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, di
         out.flush()?;
     }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // Names are followed from the start, also without --poll-interval: a
+    // sidecar may start before its replicas (and its DNS records) exist.
+    if let Some(every) = watch_names {
+        let sc = sidecar.clone();
+        let mut stop = shutdown_rx.clone();
+        tokio::spawn(async move {
+            loop {
+                sc.resolve().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+    }
     if let Some(every) = args.poll_interval {
         let sc = sidecar.clone();
         let mut stop = shutdown_rx.clone();

@@ -13,10 +13,12 @@
 //!   `unix:PATH`, `PATH.sock`).
 //!
 //! [`Discovery::discover`] lists them all. DNS answers are re-resolved at
-//! most once per resolve interval (the cache is cleared each time); when a
-//! resolution fails (server down, timeout) the previous answer is kept and
-//! the failure is reported on the source; a name that does not exist or has
-//! no records is an empty list (scaled to zero), not an error.
+//! most once per resolve interval (the cache is cleared each time). Every
+//! outcome of a resolution has a [`SourceState`] and a message saying what
+//! to check: when the server does not answer, refuses or fails, nothing is
+//! known of the replicas and the previous answer is kept; when the name does
+//! not exist or has no records of the asked type, that is the answer (no
+//! replica now: scaled to zero, or a wrong name) and the source lists none.
 //!
 //! # Resets and reports
 //!
@@ -139,15 +141,77 @@ pub struct ReportFile {
     pub source: String,
 }
 
+/// How a source's last listing or resolution went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceState {
+    /// Listed, or resolved to records.
+    Ok,
+    /// The DNS server did not answer (nothing listens there, a firewall,
+    /// a timeout).
+    NoAnswer,
+    /// The DNS server answered REFUSED: it does not serve the name.
+    Refused,
+    /// The name does not exist (NXDOMAIN).
+    NxDomain,
+    /// The name exists, without records of the asked type.
+    NoRecords,
+    /// Anything else: a server failure (SERVFAIL), a folder that cannot be
+    /// listed.
+    Failed,
+}
+
+impl SourceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceState::Ok => "ok",
+            SourceState::NoAnswer => "no_answer",
+            SourceState::Refused => "refused",
+            SourceState::NxDomain => "nxdomain",
+            SourceState::NoRecords => "no_records",
+            SourceState::Failed => "failed",
+        }
+    }
+
+    /// What went wrong, in a few words (the log of a name that came back).
+    fn summary(self) -> &'static str {
+        match self {
+            SourceState::Ok => "resolved",
+            SourceState::NoAnswer => "no answer from the DNS server",
+            SourceState::Refused => "the DNS server refused (REFUSED)",
+            SourceState::NxDomain => "the name did not exist (NXDOMAIN)",
+            SourceState::NoRecords => "no records of the asked type",
+            SourceState::Failed => "the DNS server failed",
+        }
+    }
+
+    /// Nothing is known of the source's targets: its previous answer is kept.
+    pub fn is_failure(self) -> bool {
+        matches!(self, SourceState::NoAnswer | SourceState::Refused | SourceState::Failed)
+    }
+
+    /// An answer without targets: a name that does not exist or has no
+    /// records of the asked type.
+    pub fn is_empty_answer(self) -> bool {
+        matches!(self, SourceState::NxDomain | SourceState::NoRecords)
+    }
+}
+
 /// How a source fared in the last discovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceStatus {
     pub source: String,
+    pub state: SourceState,
     /// Targets (and reports) it lists now.
     pub targets: usize,
+    /// The last answer with records (a DNS source), or listing.
     pub last_resolved: Option<SystemTime>,
-    /// The last failure; targets from the answer before it are kept.
+    /// What went wrong, and what to check; targets from the answer before
+    /// a failure are kept.
     pub error: Option<String>,
+    /// Since when `state` holds (DNS sources): when a name failed, or came back.
+    pub since: Option<SystemTime>,
+    /// For a DNS source resolved again after failing: what it failed with.
+    pub previous_error: Option<String>,
 }
 
 /// Everything the sources list now.
@@ -158,6 +222,10 @@ pub struct Found {
     pub sources: Vec<SourceStatus>,
     /// Resolutions and listings that failed in this discovery.
     pub failures: usize,
+    /// DNS sources whose state changed in this discovery, as messages (a
+    /// name that fails, a name that comes back), for a long-running sidecar
+    /// to log.
+    pub changes: Vec<String>,
 }
 
 struct DnsState {
@@ -172,7 +240,7 @@ pub struct Discovery {
     statics: Vec<Target>,
     dirs: Vec<PathBuf>,
     dns: Vec<DnsState>,
-    resolver: Option<TokioResolver>,
+    resolver: Option<Resolver>,
     resolve_interval: Duration,
     /// Per dir: the last reset (also written to `DIR/.livecov-reset`).
     reset_at: BTreeMap<PathBuf, SystemTime>,
@@ -207,12 +275,20 @@ impl Discovery {
                     }
                 }
                 Source::Replicas(r) => {
-                    let status = SourceStatus { source: r.to_string(), targets: 0, last_resolved: None, error: None };
+                    let status = SourceStatus {
+                        source: r.to_string(),
+                        state: SourceState::Ok,
+                        targets: 0,
+                        last_resolved: None,
+                        error: None,
+                        since: None,
+                        previous_error: None,
+                    };
                     dns.push(DnsState { replicas: r, last: Vec::new(), resolved_at: None, status });
                 }
             }
         }
-        let resolver = if dns.is_empty() { None } else { Some(make_resolver(dns_server)?) };
+        let resolver = if dns.is_empty() { None } else { Some(Resolver::new(dns_server)?) };
         Ok(Discovery { statics, dirs, dns, resolver, resolve_interval, reset_at: BTreeMap::new(), exclude: Vec::new() })
     }
 
@@ -223,6 +299,15 @@ impl Discovery {
 
     pub fn is_empty(&self) -> bool {
         self.statics.is_empty() && self.dirs.is_empty() && self.dns.is_empty()
+    }
+
+    /// Whether some source is a DNS name (`--replicas`).
+    pub fn has_replicas(&self) -> bool {
+        !self.dns.is_empty()
+    }
+
+    pub fn resolve_interval(&self) -> Duration {
+        self.resolve_interval
     }
 
     pub fn dirs(&self) -> &[PathBuf] {
@@ -240,23 +325,30 @@ impl Discovery {
         if statics > 0 {
             found.sources.push(SourceStatus {
                 source: "target".into(),
+                state: SourceState::Ok,
                 targets: statics,
                 last_resolved: Some(SystemTime::now()),
                 error: None,
+                since: None,
+                previous_error: None,
             });
         }
         for dir in self.dirs.clone() {
             let reset = self.reset_time(&dir);
             let (sockets, reports, error) = list_dir(&dir, reset, &self.exclude);
             // A folder not made yet is no failure: no agent has started.
-            if error.as_ref().is_some_and(|e| !e.contains("not a folder (yet)")) {
+            let failed = error.as_ref().is_some_and(|e| !e.contains("not a folder (yet)"));
+            if failed {
                 found.failures += 1;
             }
             found.sources.push(SourceStatus {
                 source: format!("dir:{}", dir.display()),
+                state: if failed { SourceState::Failed } else { SourceState::Ok },
                 targets: sockets.len() + reports.len(),
                 last_resolved: Some(SystemTime::now()),
                 error,
+                since: None,
+                previous_error: None,
             });
             found.endpoints.extend(sockets);
             found.reports.extend(reports);
@@ -267,26 +359,65 @@ impl Discovery {
                 .filter(|&i| force || self.dns[i].resolved_at.is_none_or(|t| t.elapsed() >= interval))
                 .collect();
             if !due.is_empty() {
-                resolver.clear_cache();
+                resolver.inner.clear_cache();
                 let mut answers = Vec::with_capacity(due.len());
                 for &i in &due {
-                    answers.push(resolve(resolver, &self.dns[i].replicas).await);
+                    answers.push(resolver.resolve(&self.dns[i].replicas).await);
                 }
                 for (i, answer) in due.into_iter().zip(answers) {
                     let state = &mut self.dns[i];
+                    let first = state.resolved_at.is_none();
                     state.resolved_at = Some(Instant::now());
+                    let now = SystemTime::now();
+                    let was = (state.status.state, state.status.error.take(), state.status.since);
                     match answer {
-                        Ok(endpoints) => {
+                        Ok((endpoints, note)) => {
                             state.last = endpoints;
-                            state.status.error = None;
-                            state.status.last_resolved = Some(SystemTime::now());
+                            state.status.state = SourceState::Ok;
+                            state.status.error = note;
+                            state.status.last_resolved = Some(now);
                         }
-                        Err(e) => {
-                            state.status.error = Some(e);
+                        Err(unresolved) => {
+                            if unresolved.state.is_empty_answer() {
+                                state.last.clear();
+                            }
+                            state.status.state = unresolved.state;
+                            state.status.error = Some(unresolved.message);
                             found.failures += 1;
                         }
                     }
                     state.status.targets = state.last.len();
+                    if first || was.0 != state.status.state {
+                        state.status.since = Some(now);
+                    }
+                    if state.status.state == SourceState::Ok {
+                        if was.0 != SourceState::Ok && !first {
+                            let after = was.2.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+                            found.changes.push(format!(
+                                "{}: resolved again: {} target(s), after {} of: {}",
+                                state.status.source,
+                                state.status.targets,
+                                seconds(after),
+                                was.0.summary()
+                            ));
+                            state.status.previous_error = was.1;
+                        }
+                    } else {
+                        state.status.previous_error = None;
+                        if first || was.0 != state.status.state {
+                            found.changes.push(format!(
+                                "{}: {} (resolving again every {}{})",
+                                state.status.source,
+                                state.status.error.as_deref().unwrap_or(""),
+                                seconds(self.resolve_interval),
+                                if state.status.state.is_failure() && !state.last.is_empty() {
+                                    format!("; the {} target(s) of the last answer are kept", state.last.len())
+                                } else {
+                                    String::new()
+                                }
+                            ));
+                        }
+                    }
                 }
             }
             for state in &self.dns {
@@ -329,80 +460,324 @@ impl Discovery {
     }
 }
 
-fn make_resolver(dns_server: Option<SocketAddr>) -> Result<TokioResolver, String> {
-    let mut builder = match dns_server {
-        Some(addr) => {
-            let group = NameServerConfigGroup::from_ips_clear(&[addr.ip()], addr.port(), true);
-            let mut b = TokioResolver::builder_with_config(
-                ResolverConfig::from_parts(None, vec![], group),
-                TokioConnectionProvider::default(),
-            );
-            b.options_mut().use_hosts_file = ResolveHosts::Never;
-            b
-        }
-        None => TokioResolver::builder_tokio().map_err(|e| {
-            format!("cannot read the system's DNS configuration (/etc/resolv.conf): {e}; give --dns-server IP:PORT")
-        })?,
-    };
-    let opts = builder.options_mut();
-    opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
-    opts.timeout = Duration::from_secs(2);
-    opts.attempts = 2;
-    // Answers are wanted fresh at each resolution (the cache is also
-    // cleared before each); replicas come and go.
-    opts.positive_max_ttl = Some(Duration::from_secs(1));
-    opts.negative_max_ttl = Some(Duration::from_secs(1));
-    Ok(builder.build())
+/// A resolution that gave no target: its state and what to check.
+#[derive(Debug)]
+struct Unresolved {
+    state: SourceState,
+    message: String,
 }
 
-/// Whether a resolution error means "no such name / no records" (an empty
-/// answer) rather than a failure.
-fn is_empty_answer(e: &hickory_resolver::ResolveError) -> bool {
-    e.is_nx_domain() || e.is_no_records_found()
+/// Why one lookup gave no record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Miss {
+    NxDomain,
+    NoRecords,
+    Refused,
+    /// Nothing came back: the cause (timed out, connection refused).
+    NoAnswer(String),
+    /// An answer that is an error (SERVFAIL), or anything else.
+    Failed(String),
 }
 
-async fn lookup_ips(resolver: &TokioResolver, name: &str) -> Result<Vec<IpAddr>, String> {
-    match resolver.lookup_ip(name).await {
-        Ok(answer) => {
-            let mut ips: Vec<IpAddr> = answer.iter().collect();
-            ips.sort();
-            ips.dedup();
-            Ok(ips)
-        }
-        Err(e) if is_empty_answer(&e) => Ok(Vec::new()),
-        Err(e) => Err(format!("cannot resolve {name}: {e}")),
-    }
-}
-
-async fn resolve(resolver: &TokioResolver, replicas: &Replicas) -> Result<Vec<Endpoint>, String> {
-    let source = replicas.to_string();
-    let endpoint = |ip: IpAddr, port: u16| Endpoint {
-        target: Target::Http { host: ip.to_string(), port, prefix: String::new() },
-        source: source.clone(),
-        from_dir: false,
-    };
-    match replicas {
-        Replicas::Dns { name, port } => Ok(lookup_ips(resolver, name).await?.into_iter().map(|ip| endpoint(ip, *port)).collect()),
-        Replicas::Srv { name } => {
-            let records = match resolver.srv_lookup(name.as_str()).await {
-                Ok(answer) => answer.iter().map(|srv| (srv.target().to_utf8(), srv.port())).collect::<Vec<_>>(),
-                Err(e) if is_empty_answer(&e) => Vec::new(),
-                Err(e) => return Err(format!("cannot resolve the SRV records of {name}: {e}")),
-            };
-            let mut out = Vec::new();
-            for (host, port) in records {
-                if port == 0 {
-                    continue;
-                }
-                for ip in lookup_ips(resolver, &host).await? {
-                    out.push(endpoint(ip, port));
-                }
+impl Miss {
+    fn of(e: &hickory_resolver::ResolveError) -> Miss {
+        use hickory_resolver::proto::op::ResponseCode;
+        use hickory_resolver::proto::ProtoErrorKind;
+        let Some(proto) = e.proto() else { return Miss::Failed(e.to_string()) };
+        match proto.kind() {
+            ProtoErrorKind::NoRecordsFound { response_code: ResponseCode::NXDomain, .. } => Miss::NxDomain,
+            ProtoErrorKind::NoRecordsFound { response_code: ResponseCode::NoError, .. } => Miss::NoRecords,
+            ProtoErrorKind::NoRecordsFound { response_code: ResponseCode::Refused, .. } => Miss::Refused,
+            ProtoErrorKind::NoRecordsFound { response_code, .. } => {
+                Miss::Failed(format!("it answered {response_code} (rcode {})", u16::from(*response_code)))
             }
-            out.sort_by_key(|e| e.address());
-            out.dedup();
-            Ok(out)
+            ProtoErrorKind::Timeout => Miss::NoAnswer("timed out".into()),
+            ProtoErrorKind::Io(io) => Miss::NoAnswer(io.to_string()),
+            ProtoErrorKind::NoConnections | ProtoErrorKind::Busy => Miss::NoAnswer(proto.to_string()),
+            _ => Miss::Failed(proto.to_string()),
         }
     }
+}
+
+/// The resolver, and what messages say of it.
+struct Resolver {
+    inner: TokioResolver,
+    /// Whether the server is `--dns-server`'s (else /etc/resolv.conf's).
+    given: bool,
+    /// The servers asked, e.g. `127.0.0.1:5353`.
+    servers: String,
+    /// The search domains tried after a short name, and how many dots make
+    /// a name long enough to be asked as it is first.
+    search: Vec<String>,
+    ndots: usize,
+}
+
+/// The steps of a lookup, for its messages.
+const ATTEMPTS: usize = 2;
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Resolver {
+    fn new(dns_server: Option<SocketAddr>) -> Result<Resolver, String> {
+        let mut builder = match dns_server {
+            Some(addr) => {
+                let group = NameServerConfigGroup::from_ips_clear(&[addr.ip()], addr.port(), true);
+                let mut b = TokioResolver::builder_with_config(
+                    ResolverConfig::from_parts(None, vec![], group),
+                    TokioConnectionProvider::default(),
+                );
+                b.options_mut().use_hosts_file = ResolveHosts::Never;
+                b
+            }
+            None => TokioResolver::builder_tokio().map_err(|e| {
+                format!("cannot read the system's DNS configuration (/etc/resolv.conf): {e}; give --dns-server IP:PORT")
+            })?,
+        };
+        let opts = builder.options_mut();
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.timeout = TIMEOUT;
+        opts.attempts = ATTEMPTS;
+        // Answers are wanted fresh at each resolution (the cache is also
+        // cleared before each); replicas come and go.
+        opts.positive_max_ttl = Some(Duration::from_secs(1));
+        opts.negative_max_ttl = Some(Duration::from_secs(1));
+        let inner = builder.build();
+        let mut servers: Vec<String> = inner.config().name_servers().iter().map(|s| s.socket_addr.to_string()).collect();
+        servers.dedup();
+        let search = inner.config().search().iter().map(|n| n.to_utf8().trim_end_matches('.').to_owned()).collect();
+        let ndots = inner.options().ndots;
+        Ok(Resolver { given: dns_server.is_some(), servers: servers.join(", "), search, ndots, inner })
+    }
+
+    /// Who was asked: "--dns-server 127.0.0.1:5353", or /etc/resolv.conf's servers.
+    fn server(&self) -> String {
+        if self.given {
+            format!("--dns-server {}", self.servers)
+        } else if self.servers.is_empty() {
+            "the DNS servers of /etc/resolv.conf (none listed)".to_owned()
+        } else {
+            format!("the DNS server {} of /etc/resolv.conf", self.servers)
+        }
+    }
+
+    /// The names a short name was also tried as (search domains).
+    fn tried_as(&self, name: &str) -> String {
+        if self.given || self.search.is_empty() || name.ends_with('.') || name.matches('.').count() >= self.ndots {
+            return String::new();
+        }
+        let names: Vec<String> = self.search.iter().map(|d| format!("{name}.{d}")).collect();
+        format!("; tried with the search domains of /etc/resolv.conf as {}", names.join(", "))
+    }
+
+    async fn ips(&self, name: &str) -> Result<Vec<IpAddr>, Miss> {
+        match self.inner.lookup_ip(name).await {
+            Ok(answer) => {
+                let mut ips: Vec<IpAddr> = answer.iter().collect();
+                ips.sort();
+                ips.dedup();
+                if ips.is_empty() {
+                    return Err(Miss::NoRecords);
+                }
+                Ok(ips)
+            }
+            Err(e) => Err(Miss::of(&e)),
+        }
+    }
+
+    async fn srv(&self, name: &str) -> Result<Vec<(String, u16)>, Miss> {
+        match self.inner.srv_lookup(name).await {
+            Ok(answer) => {
+                let records: Vec<(String, u16)> = answer.iter().map(|srv| (srv.target().to_utf8(), srv.port())).collect();
+                if records.is_empty() {
+                    return Err(Miss::NoRecords);
+                }
+                Ok(records)
+            }
+            Err(e) => Err(Miss::of(&e)),
+        }
+    }
+
+    /// The targets of `replicas`, with a note when some SRV host was left
+    /// out; or why there are none.
+    async fn resolve(&self, replicas: &Replicas) -> Result<(Vec<Endpoint>, Option<String>), Unresolved> {
+        let source = replicas.to_string();
+        let endpoint = |ip: IpAddr, port: u16| Endpoint {
+            target: Target::Http { host: ip.to_string(), port, prefix: String::new() },
+            source: source.clone(),
+            from_dir: false,
+        };
+        let clock = Instant::now();
+        match replicas {
+            Replicas::Dns { name, port } => match self.ips(name).await {
+                Ok(ips) => Ok((ips.into_iter().map(|ip| endpoint(ip, *port)).collect(), None)),
+                Err(Miss::NoRecords) => {
+                    // The other form of --replicas may be the right one.
+                    let other = match self.srv(name).await {
+                        Ok(records) => format!(
+                            "; it has SRV records ({}): give --replicas srv:{name}",
+                            list(records.iter().map(|(h, p)| format!("{}:{p}", h.trim_end_matches('.'))))
+                        ),
+                        Err(_) => format!(
+                            ", nor SRV records: check that the Service's selector matches pods and that they are \
+                             ready (kubectl get endpointslices -l kubernetes.io/service-name=SERVICE -n NAMESPACE), \
+                             or set publishNotReadyAddresses: true{}",
+                            self.tried_as(name)
+                        ),
+                    };
+                    let mut u = self.unresolved(name, Miss::NoRecords, clock.elapsed(), false);
+                    u.message.push_str(&other);
+                    Err(u)
+                }
+                Err(miss) => Err(self.unresolved(name, miss, clock.elapsed(), false)),
+            },
+            Replicas::Srv { name } => {
+                let records = match self.srv(name).await {
+                    Ok(records) => records,
+                    Err(Miss::NoRecords) => {
+                        let other = match self.ips(name).await {
+                            Ok(ips) => format!(
+                                "; it has A/AAAA records ({}): give --replicas dns:{name}:PORT",
+                                list(ips.iter().map(IpAddr::to_string))
+                            ),
+                            Err(_) => format!(
+                                ", nor A or AAAA records: the SRV records of a Service's port are named \
+                                 _PORT-NAME._tcp.SERVICE.NAMESPACE.svc.cluster.local; check the port's name and that \
+                                 the Service's selector matches ready pods{}",
+                                self.tried_as(name)
+                            ),
+                        };
+                        let mut u = self.unresolved(name, Miss::NoRecords, clock.elapsed(), true);
+                        u.message.push_str(&other);
+                        return Err(u);
+                    }
+                    Err(Miss::NxDomain) => {
+                        // `_port._tcp.SERVICE`: whether SERVICE exists says
+                        // whether the port's name or the Service is wrong.
+                        let labels: Vec<&str> = name.splitn(3, '.').collect();
+                        if let [port, "_tcp" | "_udp", service] = labels[..] {
+                            if port.starts_with('_') && self.ips(service).await.is_ok() {
+                                return Err(Unresolved {
+                                    state: SourceState::NxDomain,
+                                    message: format!(
+                                        "{name} does not exist (NXDOMAIN from {}), but {service} does: the Service \
+                                         has no port named {}; check its ports[].name",
+                                        self.server(),
+                                        &port[1..]
+                                    ),
+                                });
+                            }
+                        }
+                        return Err(self.unresolved(name, Miss::NxDomain, clock.elapsed(), true));
+                    }
+                    Err(miss) => return Err(self.unresolved(name, miss, clock.elapsed(), true)),
+                };
+                let mut out = Vec::new();
+                let mut left_out = Vec::new();
+                for (host, port) in &records {
+                    if *port == 0 {
+                        continue;
+                    }
+                    let host_clock = Instant::now();
+                    match self.ips(host).await {
+                        Ok(ips) => out.extend(ips.into_iter().map(|ip| endpoint(ip, *port))),
+                        Err(Miss::NxDomain) => left_out.push(format!("{} does not exist", host.trim_end_matches('.'))),
+                        Err(Miss::NoRecords) => {
+                            left_out.push(format!("{} has no A or AAAA records", host.trim_end_matches('.')))
+                        }
+                        Err(miss) => {
+                            let mut u = self.unresolved(host, miss, host_clock.elapsed(), false);
+                            u.message = format!("the SRV records of {name} name {host}, and: {}", u.message);
+                            return Err(u);
+                        }
+                    }
+                }
+                out.sort_by_key(|e| e.address());
+                out.dedup();
+                let note = (!left_out.is_empty()).then(|| {
+                    format!(
+                        "the SRV records of {name} name hosts without an address, left out: {} ({})",
+                        left_out.join(", "),
+                        self.server()
+                    )
+                });
+                if out.is_empty() {
+                    return Err(Unresolved {
+                        state: SourceState::NoRecords,
+                        message: note.unwrap_or_else(|| format!("the SRV records of {name} all have port 0")),
+                    });
+                }
+                Ok((out, note))
+            }
+        }
+    }
+
+    /// The message of a lookup of `name` that missed; `srv`: a SRV name.
+    fn unresolved(&self, name: &str, miss: Miss, took: Duration, srv: bool) -> Unresolved {
+        let server = self.server();
+        let check_server = if self.given {
+            "check that --dns-server is the address of a running DNS server (UDP and TCP)".to_owned()
+        } else {
+            "check the nameserver lines of /etc/resolv.conf (in a pod: the cluster DNS, e.g. kube-dns in \
+             kube-system), or give --dns-server IP:PORT"
+                .to_owned()
+        };
+        let check_name = if srv {
+            "check the name: the SRV records of a Service's port are _PORT-NAME._tcp.SERVICE.NAMESPACE.svc.cluster.local \
+             (a port named coverage: _coverage._tcp...), the Service and namespace spelled as kubectl get service -A \
+             shows them"
+        } else {
+            "check the Service's name and namespace (SERVICE.NAMESPACE.svc.cluster.local, as kubectl get service -A \
+             shows them), that it is headless (clusterIP: None) and that its selector matches ready pods (cluster DNS \
+             may not know a headless Service without any)"
+        };
+        let (state, message) = match miss {
+            Miss::NoAnswer(why) => (
+                SourceState::NoAnswer,
+                format!(
+                    "no answer from {server} for {name} after {} ({why}; {ATTEMPTS} tries of {}): {check_server}",
+                    seconds(took),
+                    seconds(TIMEOUT)
+                ),
+            ),
+            Miss::Refused => (
+                SourceState::Refused,
+                format!(
+                    "{server} refused to resolve {name} (REFUSED: it does not serve that name and forwards it \
+                     nowhere): {check_name}, and that {} is the cluster's DNS server",
+                    if self.given { "--dns-server" } else { "/etc/resolv.conf's nameserver" }
+                ),
+            ),
+            Miss::NxDomain => (
+                SourceState::NxDomain,
+                format!("{name} does not exist (NXDOMAIN from {server}{}): {check_name}", self.tried_as(name)),
+            ),
+            // What else the name has is the caller's to add.
+            Miss::NoRecords => (
+                SourceState::NoRecords,
+                format!("{name} exists but has no {} records ({server})", if srv { "SRV" } else { "A or AAAA" }),
+            ),
+            Miss::Failed(why) => (
+                SourceState::Failed,
+                format!("{server} could not resolve {name}: {why}; {check_server}"),
+            ),
+        };
+        Unresolved { state, message }
+    }
+}
+
+/// "0.5 s", "10 s".
+fn seconds(d: Duration) -> String {
+    let text = format!("{:.1}", d.as_secs_f64());
+    format!("{} s", text.strip_suffix(".0").unwrap_or(&text))
+}
+
+/// At most a few items, then how many more.
+fn list(items: impl Iterator<Item = String>) -> String {
+    let items: Vec<String> = items.collect();
+    let mut text = items.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > 4 {
+        text.push_str(&format!(" and {} more", items.len() - 4));
+    }
+    text
 }
 
 /// The sockets and (not forgotten) reports of a `--dir`.

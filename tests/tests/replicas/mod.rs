@@ -172,9 +172,16 @@ pub struct Dns {
 
 impl Dns {
     pub fn start(dir: &Path, ips: &[&str], srv_port: u16) -> Dns {
+        Dns::start_with(dir, ips, srv_port, &[])
+    }
+
+    /// As [`Dns::start`], with more dnsmasq options: `--local=/livecov.test/`
+    /// makes the names of that domain it does not know NXDOMAIN (not REFUSED).
+    pub fn start_with(dir: &Path, ips: &[&str], srv_port: u16, options: &[String]) -> Dns {
         let hosts = dir.join("dns-hosts");
         write_hosts(&hosts, ips);
-        let records = [format!("--addn-hosts={}", hosts.display()), format!("--srv-host={SRV},{NAME},{srv_port}")];
+        let mut records = vec![format!("--addn-hosts={}", hosts.display()), format!("--srv-host={SRV},{NAME},{srv_port}")];
+        records.extend_from_slice(options);
         let mut dns = Dns::with_records(dir, &records, NAME, ips);
         dns.hosts = hosts;
         dns
