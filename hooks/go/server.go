@@ -64,14 +64,14 @@ func (a *agent) serve(l net.Listener, tcp bool) {
 			go func() {
 				c.SetDeadline(time.Now().Add(headTimeout))
 				a.respondError(c, 503, fmt.Sprintf("over %d connections at once", maxConnections), true)
-				c.Close()
+				lingeringClose(c)
 			}()
 		}
 	}
 }
 
 func (a *agent) handleConn(c net.Conn, tcp bool) {
-	defer c.Close()
+	defer lingeringClose(c)
 	// No request, however made, may take the program down.
 	defer func() {
 		if r := recover(); r != nil {
@@ -99,6 +99,19 @@ func (a *agent) handleConn(c net.Conn, tcp bool) {
 			return
 		}
 	}
+}
+
+// lingeringClose ends a connection whose client may still be sending (a
+// head over the limits, a body left unread): the answer is sent, then what
+// arrives is read and dropped for a moment, so that closing does not reset
+// the connection and lose the answer before the client reads it.
+func lingeringClose(c net.Conn) {
+	defer c.Close()
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.SetReadDeadline(time.Now().Add(time.Second))
+	io.Copy(io.Discard, io.LimitReader(c, 1<<20))
 }
 
 // readHead reads a request line and headers within the limits.

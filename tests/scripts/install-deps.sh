@@ -55,3 +55,4 @@ fi
 "$(dirname "$0")/deps-node.sh"
 "$(dirname "$0")/deps-python.sh"
 "$(dirname "$0")/deps-nginx.sh"
+"$(dirname "$0")/deps-go.sh"

@@ -32,6 +32,7 @@
 
 mod builder;
 mod cli;
+pub mod go;
 pub mod http;
 pub mod lcov;
 pub mod native;
