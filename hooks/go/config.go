@@ -26,10 +26,10 @@ type config struct {
 	listenWithoutToken bool
 }
 
-// readConfig reads the environment through getenv; nil when neither
+// readConfig reads the environment through variable; nil when neither
 // LIVECOV_DIR nor LIVECOV_LISTEN is set.
-func readConfig(getenv func(string) string) (*config, error) {
-	cfg := &config{dir: getenv("LIVECOV_DIR"), listen: getenv("LIVECOV_LISTEN"), socketMode: 0o600}
+func readConfig(variable func(string) string) (*config, error) {
+	cfg := &config{dir: variable("LIVECOV_DIR"), listen: variable("LIVECOV_LISTEN"), socketMode: 0o600}
 	if cfg.dir == "" && cfg.listen == "" {
 		return nil, nil
 	}
@@ -40,8 +40,8 @@ func readConfig(getenv func(string) string) (*config, error) {
 		}
 		cfg.dir = abs
 	}
-	cfg.token = getenv("LIVECOV_TOKEN")
-	if file := getenv("LIVECOV_TOKEN_FILE"); cfg.token == "" && file != "" {
+	cfg.token = variable("LIVECOV_TOKEN")
+	if file := variable("LIVECOV_TOKEN_FILE"); cfg.token == "" && file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("LIVECOV_TOKEN_FILE=%q cannot be read: %v", file, err)
@@ -51,7 +51,7 @@ func readConfig(getenv func(string) string) (*config, error) {
 			return nil, fmt.Errorf("LIVECOV_TOKEN_FILE=%q is empty", file)
 		}
 	}
-	cfg.listenWithoutToken = getenv("LIVECOV_LISTEN_WITHOUT_TOKEN") == "1"
+	cfg.listenWithoutToken = variable("LIVECOV_LISTEN_WITHOUT_TOKEN") == "1"
 	if cfg.listen != "" {
 		host, port, err := net.SplitHostPort(cfg.listen)
 		ip := net.ParseIP(host)
@@ -67,21 +67,21 @@ func readConfig(getenv func(string) string) (*config, error) {
 			cfg.listen = ""
 		}
 	}
-	if re := getenv("LIVECOV_IGNORE"); re != "" {
+	if re := variable("LIVECOV_IGNORE"); re != "" {
 		compiled, err := regexp.Compile(re)
 		if err != nil {
 			return nil, fmt.Errorf("LIVECOV_IGNORE=%q is not a regular expression: %v", re, err)
 		}
 		cfg.ignore = compiled
 	}
-	if s := getenv("LIVECOV_FLUSH_SECS"); s != "" {
+	if s := variable("LIVECOV_FLUSH_SECS"); s != "" {
 		secs, err := strconv.ParseFloat(s, 64)
 		if err != nil || !(secs > 0) || secs > 1e9 {
 			return nil, fmt.Errorf("LIVECOV_FLUSH_SECS=%q is not a positive number of seconds", s)
 		}
 		cfg.flush = time.Duration(secs * float64(time.Second))
 	}
-	if s := getenv("LIVECOV_PATH_MAP"); s != "" {
+	if s := variable("LIVECOV_PATH_MAP"); s != "" {
 		for _, pair := range strings.Split(s, ",") {
 			from, to, ok := strings.Cut(pair, "=")
 			if !ok || from == "" {
@@ -90,7 +90,7 @@ func readConfig(getenv func(string) string) (*config, error) {
 			cfg.pathMap = append(cfg.pathMap, pathRewrite{from, to})
 		}
 	}
-	if s := getenv("LIVECOV_SOCKET_MODE"); s != "" {
+	if s := variable("LIVECOV_SOCKET_MODE"); s != "" {
 		mode, err := strconv.ParseUint(s, 8, 32)
 		if err != nil || mode > 0o777 {
 			return nil, fmt.Errorf("LIVECOV_SOCKET_MODE=%q is not an octal file mode (e.g. 0660)", s)

@@ -97,6 +97,7 @@ const CHECKED: &[&str] = &[
     "docs/native.md",
     "docs/node.md",
     "docs/python.md",
+    "docs/go.md",
     "docs/kubernetes.md",
 ];
 
