@@ -235,6 +235,65 @@ struct DnsState {
     status: SourceStatus,
 }
 
+impl DnsState {
+    /// Takes a fresh answer: the targets (those of the last answer kept
+    /// when nothing is known), the state and since when it holds; returns
+    /// what to log when the state changed.
+    fn update(&mut self, answer: Result<(Vec<Endpoint>, Option<String>), Unresolved>, every: Duration) -> Option<String> {
+        let now = SystemTime::now();
+        let first = self.resolved_at.replace(Instant::now()).is_none();
+        let (before, before_error, before_since) = (self.status.state, self.status.error.take(), self.status.since);
+        match answer {
+            Ok((endpoints, note)) => {
+                self.last = endpoints;
+                self.status.state = SourceState::Ok;
+                self.status.error = note;
+                self.status.last_resolved = Some(now);
+            }
+            Err(unresolved) => {
+                if unresolved.state.is_empty_answer() {
+                    self.last.clear();
+                }
+                self.status.state = unresolved.state;
+                self.status.error = Some(unresolved.message);
+            }
+        }
+        self.status.targets = self.last.len();
+        let changed = first || before != self.status.state;
+        if changed {
+            self.status.since = Some(now);
+        }
+        let source = &self.status.source;
+        if self.status.state == SourceState::Ok {
+            if !changed || first {
+                return None;
+            }
+            let after = before_since.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
+            self.status.previous_error = before_error;
+            return Some(format!(
+                "{source}: resolved again: {} target(s), after {} of: {}",
+                self.status.targets,
+                seconds(after),
+                before.summary()
+            ));
+        }
+        self.status.previous_error = None;
+        if !changed {
+            return None;
+        }
+        let kept = if self.status.state.is_failure() && !self.last.is_empty() {
+            format!("; the {} target(s) of the last answer are kept", self.last.len())
+        } else {
+            String::new()
+        };
+        Some(format!(
+            "{source}: {} (resolving again every {}{kept})",
+            self.status.error.as_deref().unwrap_or(""),
+            seconds(every)
+        ))
+    }
+}
+
 /// Lists the targets of a set of sources; keeps the last DNS answers.
 pub struct Discovery {
     statics: Vec<Target>,
@@ -365,59 +424,10 @@ impl Discovery {
                     answers.push(resolver.resolve(&self.dns[i].replicas).await);
                 }
                 for (i, answer) in due.into_iter().zip(answers) {
-                    let state = &mut self.dns[i];
-                    let first = state.resolved_at.is_none();
-                    state.resolved_at = Some(Instant::now());
-                    let now = SystemTime::now();
-                    let was = (state.status.state, state.status.error.take(), state.status.since);
-                    match answer {
-                        Ok((endpoints, note)) => {
-                            state.last = endpoints;
-                            state.status.state = SourceState::Ok;
-                            state.status.error = note;
-                            state.status.last_resolved = Some(now);
-                        }
-                        Err(unresolved) => {
-                            if unresolved.state.is_empty_answer() {
-                                state.last.clear();
-                            }
-                            state.status.state = unresolved.state;
-                            state.status.error = Some(unresolved.message);
-                            found.failures += 1;
-                        }
+                    if answer.is_err() {
+                        found.failures += 1;
                     }
-                    state.status.targets = state.last.len();
-                    if first || was.0 != state.status.state {
-                        state.status.since = Some(now);
-                    }
-                    if state.status.state == SourceState::Ok {
-                        if was.0 != SourceState::Ok && !first {
-                            let after = was.2.and_then(|t| now.duration_since(t).ok()).unwrap_or_default();
-                            found.changes.push(format!(
-                                "{}: resolved again: {} target(s), after {} of: {}",
-                                state.status.source,
-                                state.status.targets,
-                                seconds(after),
-                                was.0.summary()
-                            ));
-                            state.status.previous_error = was.1;
-                        }
-                    } else {
-                        state.status.previous_error = None;
-                        if first || was.0 != state.status.state {
-                            found.changes.push(format!(
-                                "{}: {} (resolving again every {}{})",
-                                state.status.source,
-                                state.status.error.as_deref().unwrap_or(""),
-                                seconds(self.resolve_interval),
-                                if state.status.state.is_failure() && !state.last.is_empty() {
-                                    format!("; the {} target(s) of the last answer are kept", state.last.len())
-                                } else {
-                                    String::new()
-                                }
-                            ));
-                        }
-                    }
+                    found.changes.extend(self.dns[i].update(answer, self.resolve_interval));
                 }
             }
             for state in &self.dns {
@@ -429,11 +439,6 @@ impl Discovery {
         let mut seen = std::collections::HashSet::new();
         found.endpoints.retain(|e| seen.insert(e.address()));
         found
-    }
-
-    /// Whether some DNS answer is older than the resolve interval.
-    pub fn resolution_due(&self) -> bool {
-        self.dns.iter().any(|d| d.resolved_at.is_none_or(|t| t.elapsed() >= self.resolve_interval))
     }
 
     /// The reports of a dir last written at or before this time are left out.
@@ -506,8 +511,8 @@ struct Resolver {
     given: bool,
     /// The servers asked, e.g. `127.0.0.1:5353`.
     servers: String,
-    /// The search domains tried after a short name, and how many dots make
-    /// a name long enough to be asked as it is first.
+    /// The search domains (and the domain) of /etc/resolv.conf, and how
+    /// many labels a name needs to be asked as given first.
     search: Vec<String>,
     ndots: usize,
 }
@@ -543,7 +548,9 @@ impl Resolver {
         let inner = builder.build();
         let mut servers: Vec<String> = inner.config().name_servers().iter().map(|s| s.socket_addr.to_string()).collect();
         servers.dedup();
-        let search = inner.config().search().iter().map(|n| n.to_utf8().trim_end_matches('.').to_owned()).collect();
+        let config = inner.config();
+        let search =
+            config.search().iter().chain(config.domain()).map(|n| n.to_utf8().trim_end_matches('.').to_owned()).collect();
         let ndots = inner.options().ndots;
         Ok(Resolver { given: dns_server.is_some(), servers: servers.join(", "), search, ndots, inner })
     }
@@ -559,12 +566,19 @@ impl Resolver {
         }
     }
 
-    /// The names a short name was also tried as (search domains).
+    /// The names a name was tried as, in order, with the search domains of
+    /// /etc/resolv.conf: as given first only when it has more than `ndots`
+    /// labels (so `app.ns` is first tried as `app.ns.ns.svc.cluster.local`).
     fn tried_as(&self, name: &str) -> String {
-        if self.given || self.search.is_empty() || name.ends_with('.') || name.matches('.').count() >= self.ndots {
+        if self.given || self.search.is_empty() || name.ends_with('.') {
             return String::new();
         }
-        let names: Vec<String> = self.search.iter().map(|d| format!("{name}.{d}")).collect();
+        let mut names: Vec<String> = self.search.iter().map(|d| format!("{name}.{d}")).collect();
+        if name.split('.').count() > self.ndots {
+            names.insert(0, name.to_owned());
+        } else {
+            names.push(name.to_owned());
+        }
         format!("; tried with the search domains of /etc/resolv.conf as {}", names.join(", "))
     }
 
@@ -714,7 +728,7 @@ impl Resolver {
     fn unresolved(&self, name: &str, miss: Miss, took: Duration, srv: bool) -> Unresolved {
         let server = self.server();
         let check_server = if self.given {
-            "check that --dns-server is the address of a running DNS server (UDP and TCP)".to_owned()
+            "check that --dns-server is the address of a running DNS server, over UDP and TCP".to_owned()
         } else {
             "check the nameserver lines of /etc/resolv.conf (in a pod: the cluster DNS, e.g. kube-dns in \
              kube-system), or give --dns-server IP:PORT"
@@ -887,6 +901,59 @@ mod tests {
             assert!(e.contains("dns:NAME:PORT"), "{e}");
         }
         assert_eq!(Replicas::Dns { name: "a".into(), port: 1 }.to_string(), "dns:a:1");
+    }
+
+    #[test]
+    fn resolution_errors_are_told_apart() {
+        use hickory_resolver::proto::op::{Query, ResponseCode};
+        use hickory_resolver::proto::{ProtoError, ProtoErrorKind};
+        let answered = |response_code| {
+            hickory_resolver::ResolveError::from(ProtoError::from(ProtoErrorKind::NoRecordsFound {
+                query: Box::new(Query::default()),
+                soa: None,
+                ns: None,
+                negative_ttl: None,
+                response_code,
+                trusted: true,
+                authorities: None,
+            }))
+        };
+        assert_eq!(Miss::of(&answered(ResponseCode::NXDomain)), Miss::NxDomain);
+        assert_eq!(Miss::of(&answered(ResponseCode::NoError)), Miss::NoRecords);
+        assert_eq!(Miss::of(&answered(ResponseCode::Refused)), Miss::Refused);
+        assert_eq!(Miss::of(&answered(ResponseCode::ServFail)), Miss::Failed("it answered Server Failure (rcode 2)".into()));
+        let timeout = hickory_resolver::ResolveError::from(ProtoError::from(ProtoErrorKind::Timeout));
+        assert_eq!(Miss::of(&timeout), Miss::NoAnswer("timed out".into()));
+        assert!(SourceState::NoAnswer.is_failure() && !SourceState::NoAnswer.is_empty_answer());
+        assert!(SourceState::NxDomain.is_empty_answer() && !SourceState::NxDomain.is_failure());
+    }
+
+    #[tokio::test]
+    async fn short_names_say_which_search_domains_were_tried() {
+        let mut r = Resolver::new(Some("127.0.0.1:53".parse().unwrap())).unwrap();
+        // --dns-server: names are asked as given.
+        assert_eq!(r.tried_as("cov"), "");
+        assert_eq!(r.server(), "--dns-server 127.0.0.1:53");
+        // /etc/resolv.conf, as in a pod of namespace ci.
+        r.given = false;
+        r.search = vec!["ci.svc.cluster.local".into(), "svc.cluster.local".into()];
+        r.ndots = 5;
+        assert_eq!(
+            r.tried_as("cov.ci"),
+            "; tried with the search domains of /etc/resolv.conf as cov.ci.ci.svc.cluster.local, \
+             cov.ci.svc.cluster.local, cov.ci"
+        );
+        assert_eq!(r.tried_as("cov.ci.svc.cluster.local."), "");
+        r.ndots = 1;
+        assert_eq!(
+            r.tried_as("cov.ci"),
+            "; tried with the search domains of /etc/resolv.conf as cov.ci, cov.ci.ci.svc.cluster.local, \
+             cov.ci.svc.cluster.local"
+        );
+        assert_eq!(r.server(), "the DNS server 127.0.0.1:53 of /etc/resolv.conf");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5 s");
+        assert_eq!(seconds(Duration::from_secs(10)), "10 s");
+        assert_eq!(list((1..=6).map(|i| i.to_string())), "1, 2, 3, 4 and 2 more");
     }
 
     #[test]

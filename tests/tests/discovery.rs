@@ -211,3 +211,39 @@ fn a_sidecar_started_before_its_replicas_waits_for_their_name_and_says_when_it_c
     let metrics = sidecar.get("/metrics").text();
     assert!(metrics.contains(&format!("livecov_sidecar_source_state{{source=\"{spec}\",state=\"no_answer\"}} 1\n")), "{metrics}");
 }
+
+#[test]
+fn a_sidecar_names_each_sources_outcome_in_targets_health_and_metrics() {
+    let dir = scratch("discovery", "sidecar-outcomes");
+    let records = [LOCAL.to_owned(), "--host-record=app.livecov.test,127.0.0.9".to_owned()];
+    let dns = Dns::with_records(&dir, &records, "app.livecov.test", &["127.0.0.9"]);
+    // Outside its domain, without upstream: REFUSED; inside, unknown: NXDOMAIN.
+    let specs = ["dns:app.elsewhere.test:9464", "dns:typo.livecov.test:9464", "srv:app.livecov.test"];
+    let dns_arg = dns.arg();
+    let mut args = vec!["--dns-server", &dns_arg, "--listen", "127.0.0.1:0", "--resolve-interval", "0.5"];
+    for spec in &specs {
+        args.extend(["--replicas", spec]);
+    }
+    let mut sidecar = Sidecar::start(&args, None);
+    let sources = wait_for("every source resolved once", || {
+        let sources = sidecar.get("/targets").json()["sources"].as_array().cloned().unwrap_or_default();
+        Some(sources).filter(|s| s.len() == 3 && s.iter().all(|s| s["since"].is_string()))
+    });
+    let by_spec = |spec: &str| sources.iter().find(|s| s["source"] == spec).unwrap_or_else(|| panic!("no {spec} in {sources:?}"));
+    let wants = [
+        ("refused", "refused to resolve app.elsewhere.test (REFUSED"),
+        ("nxdomain", "typo.livecov.test does not exist (NXDOMAIN"),
+        ("no_records", "it has A/AAAA records (127.0.0.9): give --replicas dns:app.livecov.test:PORT"),
+    ];
+    let metrics = sidecar.get("/metrics").text();
+    for (spec, (state, message)) in specs.iter().zip(wants) {
+        let source = by_spec(spec);
+        assert_eq!(source["state"], state, "{source}");
+        assert!(source["error"].as_str().is_some_and(|e| e.contains(message)), "{message:?} not in {source}");
+        assert!(metrics.contains(&format!("livecov_sidecar_source_state{{source=\"{spec}\",state=\"{state}\"}} 1\n")), "{metrics}");
+    }
+    let health = sidecar.get("/health").json();
+    assert_eq!((health["targets_found"].as_u64(), health["sources_failing"].as_u64()), (Some(0), Some(3)), "{health}");
+    assert_eq!(health["warnings"].as_array().map(Vec::len), Some(4), "{health}");
+    assert!(sidecar.alive(), "the sidecar keeps running without targets");
+}
