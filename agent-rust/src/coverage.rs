@@ -51,6 +51,8 @@ impl CountedRegion<'_> {
 /// One function with counts, as llvm-cov's `FunctionRecord`.
 #[derive(Debug, Clone)]
 pub struct FunctionRecord<'m> {
+    /// Its index in the mapping's functions.
+    pub mapping_index: usize,
     /// The name without a leading `\x01` or the prefix of its own file name.
     pub name: &'m str,
     pub filenames: &'m [FileName],
@@ -145,7 +147,7 @@ impl<'m> Coverage<'m> {
         let mut provenance: FxHashSet<(&[FileName], &str)> =
             FxHashSet::with_capacity_and_hasher(expected, Default::default());
         coverage.functions.reserve(expected);
-        for f in indices.filter_map(|i| mapping.functions.get(i)) {
+        for (i, f) in indices.filter_map(|i| mapping.functions.get(i).map(|f| (i, f))) {
             let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
                 Lookup::Found { counters, .. } => counters,
                 Lookup::HashMismatch => {
@@ -162,7 +164,7 @@ impl<'m> Coverage<'m> {
                 continue;
             }
             let name = f.name_without_prefix(mapping);
-            let Some(record) = count_regions(name, f, counts) else {
+            let Some(record) = count_regions(i, name, f, counts) else {
                 continue;
             };
             if !provenance.insert((&f.filenames, name)) {
@@ -190,7 +192,9 @@ impl<'m> Coverage<'m> {
         files
     }
 
-    fn functions_touching(&self, file: FileName) -> &[usize] {
+    /// Indices into `functions` of the functions with regions in `file`,
+    /// in load order.
+    pub fn functions_touching(&self, file: FileName) -> &[usize] {
         self.by_file.get(&file).map(Vec::as_slice).unwrap_or(&[])
     }
 
@@ -205,12 +209,32 @@ impl<'m> Coverage<'m> {
     /// Coverage of every region of every function that maps into `file`,
     /// into `data`.
     pub fn for_file_into(&self, file: FileName, data: &mut CoverageData<'m>) {
+        self.collect_in_file(file, self.functions_touching(file), None, data);
+        data.scratch.build_segments(&mut data.segments, false);
+    }
+
+    /// Function `at`'s part of one stretch of `file` (the regions that
+    /// start on `lines`, first and last), for a live report that keeps each
+    /// function's part of each stretch: its regions, appended to `spans`
+    /// (see [`segments_of`]), and its branches and expansions, in `data`.
+    pub fn part_in_file_into(&self, at: usize, file: FileName, lines: (u32, u32), spans: &mut Vec<Span>, data: &mut CoverageData<'m>) {
+        self.collect_in_file(file, &[at], Some(lines), data);
+        spans.extend_from_slice(&data.scratch.spans);
+    }
+
+    /// The regions (as spans), expansions and branches in `file` of the
+    /// functions `of`, on `lines` only when given.
+    fn collect_in_file(&self, file: FileName, of: &[usize], lines: Option<(u32, u32)>, data: &mut CoverageData<'m>) {
         data.clear();
         let spans = &mut data.scratch.spans;
-        for &index in self.functions_touching(file) {
+        let (first, last) = lines.unwrap_or((0, u32::MAX));
+        for &index in of {
             let f = &self.functions[index];
             let main = f.main_file.filter(|&m| f.filenames[m as usize] == file);
-            let in_file = |r: &CountedRegion| f.filenames.get(r.region.file_id as usize) == Some(&file);
+            let in_file = |r: &CountedRegion| {
+                f.filenames.get(r.region.file_id as usize) == Some(&file)
+                    && (first..=last).contains(&r.region.line_start)
+            };
             for r in f.regions.iter().filter(|r| in_file(r)) {
                 spans.push(Span::of(r));
                 if main.is_some_and(|m| is_expansion_in(r, m)) {
@@ -219,7 +243,6 @@ impl<'m> Coverage<'m> {
             }
             data.branches.extend(f.branches.iter().filter(|r| in_file(r)).copied());
         }
-        data.scratch.build_segments(&mut data.segments);
     }
 
     /// Coverage of a function's own file (macro expansions excluded), into
@@ -249,7 +272,7 @@ impl<'m> Coverage<'m> {
             }
         }
         data.branches.extend(f.branches.iter().filter(|r| r.region.file_id == file_id).copied());
-        data.scratch.build_segments(&mut data.segments);
+        data.scratch.build_segments(&mut data.segments, false);
     }
 
     /// Functions of `file` grouped by where their body starts: the
@@ -380,6 +403,7 @@ impl<'a> Evaluator<'a> {
 }
 
 fn count_regions<'m>(
+    mapping_index: usize,
     name: &'m str,
     f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
@@ -387,6 +411,7 @@ fn count_regions<'m>(
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
     let branches = f.regions.iter().filter(|r| r.is_branch()).count();
     let mut record = FunctionRecord {
+        mapping_index,
         name,
         filenames: &f.filenames,
         regions: Vec::with_capacity(f.regions.len() - branches),
@@ -422,15 +447,23 @@ fn count_regions<'m>(
 pub fn build_segments(regions: Vec<CountedRegion<'_>>) -> Vec<Segment> {
     let mut scratch = Scratch { spans: regions.iter().map(Span::of).collect(), ..Scratch::default() };
     let mut segments = Vec::new();
-    scratch.build_segments(&mut segments);
+    scratch.build_segments(&mut segments, false);
     segments
+}
+
+/// The segments of a stretch of a file from its functions' parts (see
+/// [`Coverage::part_in_file_into`]), as [`Coverage::for_file_into`] builds
+/// those of a whole file; `followed`: other regions of the file come after.
+pub fn segments_of(spans: &[Span], followed: bool, segments: &mut Vec<Segment>) {
+    let mut scratch = Scratch { spans: spans.to_vec(), ..Scratch::default() };
+    scratch.build_segments(segments, followed);
 }
 
 /// What the segment builder needs of a region, positions packed as
 /// `line << 32 | column` (which orders them as (line, column) pairs do):
 /// half the size of a [`CountedRegion`], for the sort.
 #[derive(Debug, Clone, Copy)]
-struct Span {
+pub struct Span {
     start: u64,
     end: u64,
     count: u64,
@@ -456,8 +489,9 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Builds the segments of `self.spans` into `segments` (cleared first).
-    fn build_segments(&mut self, segments: &mut Vec<Segment>) {
+    /// Builds the segments of `self.spans` into `segments` (cleared first);
+    /// `followed`: more regions of the file come after these.
+    fn build_segments(&mut self, segments: &mut Vec<Segment>, followed: bool) {
         // Outer regions first; among equal extents code before expansion
         // before skipped, so the right region becomes active when they are
         // combined. Ties (same extent and kind) are summed below, so the
@@ -474,6 +508,7 @@ impl Scratch {
             segments,
             active: &mut self.active,
             completed: &mut self.completed,
+            followed,
         };
         builder.build();
     }
@@ -498,6 +533,8 @@ struct SegmentBuilder<'a> {
     active: &'a mut Vec<usize>,
     /// Scratch space for the regions completed at one step.
     completed: &'a mut Vec<usize>,
+    /// More regions of the file come after `regions`.
+    followed: bool,
 }
 
 impl SegmentBuilder<'_> {
@@ -575,7 +612,7 @@ impl SegmentBuilder<'_> {
                 // An empty region never becomes active: the last region, or a
                 // skipped one, leaves a skipped segment; otherwise it takes
                 // its predecessor's count.
-                let skipped = index + 1 == regions.len() || region.kind == RegionKind::Skipped;
+                let skipped = (index + 1 == regions.len() && !self.followed) || region.kind == RegionKind::Skipped;
                 let source = self.active.last().copied().unwrap_or(index);
                 self.start_segment(source, start, !is_gap, skipped);
                 if skipped {

@@ -6,7 +6,10 @@
 //! `BRF`/`BRH`, then `LF`/`LH`, which llvm-cov takes from per-function
 //! summaries rather than from the `DA` lines (see `docs/formats.md`).
 
+mod live;
 mod v0;
+
+pub use live::LiveFile;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -273,96 +276,98 @@ fn add_expansion_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, 
     }
 }
 
-/// A branch with the chain of expansion starts that leads to it: its own
-/// start for a branch in the file itself.
-struct NestedBranch<'m> {
-    region: CountedRegion<'m>,
+/// A branch as a record shows it: the chain of expansion starts that leads
+/// to it (its own start for a branch in the file itself), and its counts.
+/// Branches at one place are summed, so a record depends on its branches'
+/// places and counts only, in whatever order they come.
+#[derive(Debug, Clone)]
+pub(crate) struct PlacedBranch {
     path: Vec<(u32, u32)>,
-    position: usize,
-    ignore: bool,
+    count: u64,
+    false_count: u64,
 }
 
 fn is_unfolded(b: &CountedRegion<'_>) -> bool {
     !b.true_folded || !b.false_folded
 }
 
+fn placed(b: &CountedRegion<'_>, path: Vec<(u32, u32)>) -> PlacedBranch {
+    PlacedBranch { path, count: b.count, false_count: b.false_count }
+}
+
 fn collect_nested_branches<'m>(
     coverage: &Coverage<'m>,
     data: &CoverageData<'m>,
     path: &mut Vec<(u32, u32)>,
-    position: &mut usize,
-    out: &mut Vec<NestedBranch<'m>>,
+    out: &mut Vec<PlacedBranch>,
 ) {
     for e in &data.expansions {
         let inner = coverage.for_expansion(e);
         path.push(e.region.region.start());
-        collect_nested_branches(coverage, &inner, path, position, out);
+        collect_nested_branches(coverage, &inner, path, out);
         for b in &inner.branches {
-            if b.region.file_id == e.region.region.expanded_file_id {
-                out.push(NestedBranch { region: *b, path: path.clone(), position: *position, ignore: false });
-                *position += 1;
+            if b.region.file_id == e.region.region.expanded_file_id && is_unfolded(b) {
+                out.push(placed(b, path.clone()));
             }
         }
         path.pop();
     }
 }
 
-fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
-    let mut branches: Vec<NestedBranch<'m>> = Vec::new();
-    for b in data.branches.iter().filter(|b| is_unfolded(b)) {
-        let position = branches.len();
-        branches.push(NestedBranch { region: *b, path: vec![b.region.start()], position, ignore: false });
-    }
-    let mut nested = Vec::new();
-    collect_nested_branches(coverage, data, &mut Vec::new(), &mut 0, &mut nested);
-    branches.extend(nested.into_iter().filter(|b| is_unfolded(&b.region)));
-    branches.sort_by(|a, b| a.path.cmp(&b.path).then(a.position.cmp(&b.position)));
+/// The branches of `data` (and of the expansions in it), unfolded ones.
+pub(crate) fn placed_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, out: &mut Vec<PlacedBranch>) {
+    out.extend(data.branches.iter().filter(|b| is_unfolded(b)).map(|b| placed(b, vec![b.region.start()])));
+    collect_nested_branches(coverage, data, &mut Vec::new(), out);
+}
 
+fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
+    let mut branches = Vec::new();
+    placed_branches(coverage, data, &mut branches);
+    write_placed_branches(out, branches);
+}
+
+/// The `BRDA` lines of `branches`.
+pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<PlacedBranch>) {
+    branches.sort_by(|a, b| a.path.cmp(&b.path));
     // Instantiations of one generic function have branches at one place:
     // they are reported once, summed.
-    let mut i = 0;
-    while i < branches.len() {
-        let mut j = i + 1;
-        while j < branches.len() && branches[j].path == branches[i].path {
-            let (count, false_count) = (branches[j].region.count, branches[j].region.false_count);
-            let sum = &mut branches[i].region;
-            sum.count = sum.count.wrapping_add(count);
-            sum.false_count = sum.false_count.wrapping_add(false_count);
-            branches[j].ignore = true;
-            j += 1;
+    let mut summed: Vec<PlacedBranch> = Vec::with_capacity(branches.len());
+    for b in branches {
+        match summed.last_mut() {
+            Some(last) if last.path == b.path => {
+                last.count = last.count.wrapping_add(b.count);
+                last.false_count = last.false_count.wrapping_add(b.false_count);
+            }
+            _ => summed.push(b),
         }
-        i = j;
     }
-
     let mut i = 0;
-    while i < branches.len() {
-        let line = branches[i].path[0].0;
+    while i < summed.len() {
+        let line = summed[i].path[0].0;
         let mut pair = 0;
         let mut index = 0;
-        while i < branches.len() && branches[i].path[0].0 == line {
-            let b = &branches[i];
-            if !b.ignore {
-                // llvm-cov prints these counts as 32-bit unsigned values.
-                let counts = [b.region.count as u32, b.region.false_count as u32];
-                let never = counts == [0, 0];
-                for count in counts {
-                    out.push_str("BRDA:");
-                    push_int(out, line);
-                    out.push(',');
-                    push_int(out, pair);
-                    out.push(',');
-                    push_int(out, index);
-                    out.push(',');
-                    if never {
-                        out.push('-');
-                    } else {
-                        push_int(out, count);
-                    }
-                    out.push('\n');
-                    index += 1;
+        while i < summed.len() && summed[i].path[0].0 == line {
+            let b = &summed[i];
+            // llvm-cov prints these counts as 32-bit unsigned values.
+            let counts = [b.count as u32, b.false_count as u32];
+            let never = counts == [0, 0];
+            for count in counts {
+                out.push_str("BRDA:");
+                push_int(out, line);
+                out.push(',');
+                push_int(out, pair);
+                out.push(',');
+                push_int(out, index);
+                out.push(',');
+                if never {
+                    out.push('-');
+                } else {
+                    push_int(out, count);
                 }
-                pair += 1;
+                out.push('\n');
+                index += 1;
             }
+            pair += 1;
             i += 1;
         }
     }

@@ -47,7 +47,7 @@ impl Service for Fake {
             Format::Counters | Format::Mapping => "application/gzip",
         };
         let tn = q.test.clone().unwrap_or_default();
-        Ok(Body { content_type, bytes: format!("TN:{tn}\ncall={n}\nreset={}\nend_of_record\n", q.reset).into_bytes(), mapping: None })
+        Ok(Body { content_type, bytes: format!("TN:{tn}\ncall={n}\nreset={}\nend_of_record\n", q.reset).into_bytes().into(), mapping: None })
     }
 
     fn reset(&self) -> Result<(), ApiError> {

@@ -47,9 +47,9 @@ struct Changed {
 }
 
 /// What the last report was made from, so that the next one recomputes
-/// only the records of files whose functions ran since: between two dumps
-/// of a service most code did not run, and the agent's own code (which
-/// does run) is never reported.
+/// only the stretches of source the functions that ran since reach (see
+/// `crate::lcov::LiveFile`): between two dumps of a service most code did
+/// not run, and the agent's own code (which does run) is never reported.
 #[derive(Default)]
 struct Incremental {
     /// The options of the last report (test name, demangling).
@@ -66,10 +66,11 @@ struct Incremental {
     /// ascending: a dump recomputes the files whose functions ran without
     /// looking at every function of the program.
     functions_of_file: Vec<Vec<usize>>,
-    /// Per file (indexed by `FileName`): its record, `None` when it is
-    /// not in the report.
-    files: Vec<Option<String>>,
-    report: String,
+    /// Per file (indexed by `FileName`): its record in parts, `None` when
+    /// it is not in the report.
+    files: Vec<Option<lcov::LiveFile>>,
+    /// The last report, shared with the answers that carry it.
+    report: hyper::body::Bytes,
     /// Set when the last whole merge had no warnings (names all resolved,
     /// counter counts agree): only then are merged counts updated key by key.
     exact: bool,
@@ -210,7 +211,7 @@ impl Engine {
     }
 
     /// The LCOV report of the counts since start (or the last reset).
-    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<String> {
+    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<hyper::body::Bytes> {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.functions.is_empty() {
@@ -227,11 +228,11 @@ impl Engine {
         }
         let incremental = !reset
             && self.last.exact
-            && self.last.written_with == written_with
+            && self.last.written_with.as_ref().map(|w| w.1) == Some(options.demangle)
             && self.last.modules.len() == self.modules.len();
         if incremental {
             let changed = self.changed_since_last()?;
-            if changed.keys.is_empty() {
+            if changed.keys.is_empty() && self.last.written_with == written_with {
                 return Ok(self.last.report.clone());
             }
             return self.report(options, Some(changed));
@@ -308,16 +309,10 @@ impl Engine {
     }
 
     /// Merges the records of `changed` functions (all, when `None`) as
-    /// llvm-profdata would, and recomputes the records of the files those
-    /// functions touch.
-    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<String> {
-        let lcov_options = lcov::Options {
-            ignore_filename_regex: options.ignore.to_vec(),
-            no_demangle: !options.demangle,
-            test_name: options.test_name.map(str::to_owned),
-            ..lcov::Options::default()
-        };
+    /// llvm-profdata would, and recomputes what of the report they reach.
+    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<hyper::body::Bytes> {
         let last = &mut self.last;
+        last.written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
         for (i, (m, state)) in self.modules.iter().zip(&last.modules).enumerate() {
@@ -334,7 +329,7 @@ impl Engine {
                 names: m.names.clone(),
             })?;
         }
-        let changed_files: Vec<FileName> = match &changed {
+        let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
                 last.exact = counters.warnings().is_empty();
                 for r in last.modules.iter().flat_map(|state| &state.records) {
@@ -346,48 +341,81 @@ impl Engine {
                         last.merged.insert((r.name_ref, r.hash), c.to_vec());
                     }
                 }
-                self.files.clone()
+                (Vec::new(), self.files.clone())
             }
             Some(changed) => {
-                let mut files = FxHashSet::default();
+                let mut functions = Vec::new();
+                let mut rebuild = Vec::new();
                 for key in &changed.keys {
                     match counters.lookup(key.0, key.1) {
                         Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
                         _ => last.merged.remove(key),
                     };
                     for &i in last.functions.get(key).into_iter().flatten() {
-                        files.extend(self.mapping.functions[i].filenames.iter().copied());
+                        functions.push(i);
+                        // Whether llvm-cov loads a zero-region stub depends on
+                        // its counts: its files are computed whole again.
+                        let f = &self.mapping.functions[i];
+                        if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
+                            rebuild.extend(f.filenames.iter().copied());
+                        }
                     }
                 }
-                files.into_iter().collect()
+                functions.sort_unstable();
+                functions.dedup();
+                (functions, rebuild)
             }
         };
         self.counters = counters;
+        rebuild.sort_unstable();
+        rebuild.dedup();
 
-        // The records of those files, from every function that touches them.
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
-        let wanted: FxHashSet<FileName> = changed_files.iter().copied().filter(|&f| !ignored(f)).collect();
-        let mut functions: Vec<usize> =
-            wanted.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
-        functions.sort_unstable();
-        functions.dedup();
-        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), functions.into_iter());
-        let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
-        let mut records = Vec::new();
-        for file in changed_files {
-            let record = (wanted.contains(&file) && present.contains(&file)).then(|| {
-                let mut record = String::new();
-                lcov::write_file(&mut record, &coverage, file, &lcov_options);
-                lcov::map_paths(record, options.path_map)
-            });
-            records.push((file, record));
+        rebuild.retain(|&f| !ignored(f));
+        last.files.resize_with(self.mapping.files.len(), || None);
+        // Every function of the files built whole, and the changed ones.
+        let mut whole: Vec<usize> = rebuild.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
+        whole.extend(&changed_functions);
+        let mut touched: Vec<FileName> = Vec::new();
+        for &i in &changed_functions {
+            for &file in &self.mapping.functions[i].filenames {
+                if last.files[file as usize].is_some() && rebuild.binary_search(&file).is_err() {
+                    touched.push(file);
+                }
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        let of_file = |file: FileName| -> Vec<usize> {
+            changed_functions.iter().copied().filter(|&i| self.mapping.functions[i].filenames.contains(&file)).collect()
+        };
+        whole.sort_unstable();
+        whole.dedup();
+        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), whole.into_iter());
+        let index_of: FxHashMap<usize, usize> =
+            coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+        for &file in &touched {
+            if let Some(live) = &mut last.files[file as usize] {
+                live.update(&coverage, &index_of, &of_file(file));
+            }
+        }
+        if !rebuild.is_empty() {
+            let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
+            for file in rebuild {
+                last.files[file as usize] = present.contains(&file).then(|| {
+                    let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
+                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
+                });
+            }
         }
         drop(coverage);
-        last.files.resize(self.mapping.files.len(), None);
-        for (file, record) in records {
-            last.files[file as usize] = record;
+        let mut report = String::with_capacity(last.report.len());
+        for &f in &self.files {
+            if let Some(live) = &last.files[f as usize] {
+                live.write(&mut report, options.test_name);
+            }
         }
-        last.report = self.files.iter().filter_map(|&f| last.files[f as usize].as_deref()).collect();
+        last.report = report.into();
         Ok(last.report.clone())
     }
 

@@ -369,6 +369,13 @@ impl Agent {
 
     /// The LCOV report of the counts since start or the last reset.
     pub fn lcov(&self, test_name: Option<&str>, reset: bool) -> crate::Result<String> {
+        let report = self.report(test_name, reset)?;
+        Ok(String::from_utf8_lossy(&report).into_owned())
+    }
+
+    /// [`Self::lcov`], shared with the agent's own copy (no copy of a
+    /// report of megabytes per answer).
+    fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<hyper::body::Bytes> {
         let options = ReportOptions {
             ignore: self.ignore.get_or_init(|| config::ignore_patterns(self.config.ignore.as_ref())),
             demangle: self.config.demangle,
@@ -424,15 +431,15 @@ impl Agent {
     /// Writes the report (counts since start or the last reset) to `path`,
     /// atomically: to a temporary name beside it, then renamed.
     pub fn write_report_to(&self, path: &Path) -> crate::Result<()> {
-        let report = self.lcov(None, false)?;
-        reports::write_atomically(path, report.as_bytes())
+        let report = self.report(None, false)?;
+        reports::write_atomically(path, &report)
             .map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
     }
 
     fn report_or_complain(&self, file: &reports::InstanceFile, reset: bool) {
-        match std::panic::catch_unwind(|| self.lcov(None, reset)) {
+        match std::panic::catch_unwind(|| self.report(None, reset)) {
             Ok(Ok(report)) => {
-                if let Err(e) = file.write(report.as_bytes()) {
+                if let Err(e) = file.write(&report) {
                     eprintln!("livecov: cannot write {}: {e}", file.path().display());
                 }
             }
@@ -517,18 +524,19 @@ impl Service for Handle {
         match query.format {
             Format::Lcov => Ok(Body {
                 content_type: "text/plain; charset=utf-8",
-                bytes: agent.lcov(query.test.as_deref(), query.reset).map_err(internal)?.into_bytes(),
+                bytes: agent.report(query.test.as_deref(), query.reset).map_err(internal)?,
                 mapping: None,
             }),
             Format::Profraw => Ok(Body {
                 content_type: "application/octet-stream",
-                bytes: lock(&agent.engine).profraw(query.reset).map_err(internal)?,
+                bytes: lock(&agent.engine).profraw(query.reset).map_err(internal)?.into(),
                 mapping: None,
             }),
             Format::Json => {
-                let lcov = agent.lcov(query.test.as_deref(), query.reset).map_err(internal)?;
+                let lcov = agent.report(query.test.as_deref(), query.reset).map_err(internal)?;
+                let lcov = String::from_utf8_lossy(&lcov);
                 let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
-                Ok(Body { content_type: "application/json", bytes, mapping: None })
+                Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }
             Format::Counters | Format::Mapping => {
                 let settings = agent.report_settings();
@@ -539,7 +547,7 @@ impl Service for Handle {
                     engine.mapping(&settings)
                 }
                 .map_err(internal)?;
-                Ok(Body { content_type: "application/gzip", bytes, mapping: Some(id) })
+                Ok(Body { content_type: "application/gzip", bytes: bytes.into(), mapping: Some(id) })
             }
         }
     }

@@ -160,7 +160,7 @@ pub struct Body {
     /// E.g. `text/plain; charset=utf-8`. Must be a valid header value, else
     /// the response is a `500`.
     pub content_type: &'static str,
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
     /// Sent as `Livecov-Mapping`: the build mapping the body goes with.
     pub mapping: Option<String>,
 }
@@ -793,7 +793,7 @@ fn timed_out(what: &str, after: Duration) -> ApiError {
 
 /// `GET /coverage`, with single flight for queries without `reset`.
 async fn coverage(ctx: &Arc<Ctx>, q: CoverageQuery) -> Outcome {
-    let convert = |b: Body| (b.content_type, Bytes::from(b.bytes), b.mapping);
+    let convert = |b: Body| (b.content_type, b.bytes, b.mapping);
     if q.reset {
         let svc = ctx.service.clone();
         return blocking(ctx, "coverage", move || svc.coverage(&q).map(convert)).await;

@@ -1,0 +1,329 @@
+//! A live agent's LCOV records, kept in parts so that a dump recomputes
+//! only what the functions that ran since the last one reach.
+//!
+//! A file's record splits into parts that do not depend on each other:
+//! - *stretches*: the regions of the file whose lines overlap, of whichever
+//!   functions (a function, and the macros of the file it expands, are one
+//!   stretch or a few; a macro of a header, with every function that
+//!   expands it, is one). A stretch's `DA` and `BRDA` lines depend on its
+//!   regions alone, because llvm-cov's segments restart where no region is
+//!   open, and a line reads only the segments on it and the last one before
+//!   it, which between stretches has no count;
+//! - *instantiation groups* (functions that start at one place): the
+//!   `FNF`/`FNH` and `LF`/`LH`/`BRF`/`BRH` totals are sums of their
+//!   summaries, each the largest of its functions' own;
+//! - each defined function's `FNDA` count.
+//!
+//! Each stretch keeps every function's part of it (regions with counts,
+//! branches), and each group every function's summary. When functions
+//! run, a dump loads those functions only, computes their parts and
+//! summaries again, and writes the stretches and groups they are in from
+//! the kept ones; the lines of the other stretches are copied from the last
+//! record. A service's timers run a few functions of its largest files: the
+//! record of such a file is mostly what it was.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name, write_placed_branches};
+use super::{PlacedBranch, Summary};
+use crate::coverage::{segments_of, Coverage, CoverageData, Span};
+use crate::mapping::FileName;
+
+/// One file's record, in parts. Functions are named by their index in the
+/// mapping.
+#[derive(Debug)]
+pub struct LiveFile {
+    file: FileName,
+    /// `SF:` (its path rewritten) and the `FN:` lines: which functions a
+    /// file has does not change while the modules do not.
+    head: String,
+    /// The record as last written (without `TN:`): the parts of the
+    /// stretches that did not change are copied from it.
+    text: String,
+    /// The display names of the functions defined in the file, in `FN`
+    /// order (`names[ends[i-1]..ends[i]]`), and their counts.
+    names: String,
+    ends: Vec<usize>,
+    executions: Vec<u64>,
+    /// By line.
+    stretches: Vec<Stretch>,
+    groups: Vec<Group>,
+    /// Of each function: its slot in `defined`, its group, its stretches.
+    defined_at: FxHashMap<usize, usize>,
+    group_of: FxHashMap<usize, usize>,
+    stretches_of: FxHashMap<usize, Vec<usize>>,
+}
+
+#[derive(Debug, Default)]
+struct Stretch {
+    /// Its first and last line.
+    lines: (u32, u32),
+    /// The functions with regions in it, in load order, and their parts.
+    functions: Vec<usize>,
+    parts: Vec<Part>,
+    /// Where its `DA` and `BRDA` lines are in the record's text.
+    da: std::ops::Range<usize>,
+    brda: std::ops::Range<usize>,
+    /// Its lines computed again, not yet in the text.
+    fresh: Option<(String, String)>,
+}
+
+/// A function's regions and branches in one stretch, with their counts.
+#[derive(Debug, Default)]
+struct Part {
+    spans: Vec<Span>,
+    branches: Vec<PlacedBranch>,
+}
+
+#[derive(Debug)]
+struct Group {
+    /// In load order, each with its own summary and count.
+    functions: Vec<(usize, Summary, u64)>,
+    /// Its functions' summaries merged, and the sum of their counts.
+    summary: Summary,
+    executions: u64,
+}
+
+impl LiveFile {
+    /// The record of `file`, from `coverage`, which loaded every function
+    /// touching it. `sf` is its `SF:` line as reports show it.
+    pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> LiveFile {
+        let mut head = sf;
+        let (mut defined, mut names, mut ends) = (Vec::new(), String::new(), Vec::new());
+        for f in coverage.functions_in(file) {
+            write_display_name(&mut names, f.name, no_demangle);
+            ends.push(names.len());
+            defined.push(f.mapping_index);
+        }
+        let mut start = 0;
+        for (f, &end) in coverage.functions_in(file).zip(&ends) {
+            head.push_str("FN:");
+            push_int(&mut head, f.regions.first().map_or(0, |r| r.region.line_start));
+            head.push(',');
+            head.push_str(&names[start..end]);
+            head.push('\n');
+            start = end;
+        }
+        let executions = coverage.functions_in(file).map(|f| f.execution_count).collect();
+        let defined_at = defined.into_iter().enumerate().map(|(slot, i)| (i, slot)).collect();
+
+        // Stretches: the line spans of every region in the file, merged
+        // where they overlap.
+        let mut spans: Vec<(u32, u32, usize)> = Vec::new();
+        for &at in coverage.functions_touching(file) {
+            let f = &coverage.functions[at];
+            for r in f.regions.iter().chain(&f.branches) {
+                if f.filenames.get(r.region.file_id as usize) == Some(&file) {
+                    spans.push((r.region.line_start, r.region.line_end.max(r.region.line_start), at));
+                }
+            }
+        }
+        spans.sort_unstable();
+        let mut stretches: Vec<(u32, u32, Vec<usize>)> = Vec::new();
+        for (lo, hi, at) in spans {
+            match stretches.last_mut() {
+                Some((_, end, functions)) if lo <= *end => {
+                    *end = (*end).max(hi);
+                    functions.push(at);
+                }
+                _ => stretches.push((lo, hi, vec![at])),
+            }
+        }
+        let mut live = LiveFile {
+            file,
+            text: String::new(),
+            head,
+            names,
+            ends,
+            executions,
+            stretches: Vec::with_capacity(stretches.len()),
+            groups: Vec::new(),
+            defined_at,
+            group_of: FxHashMap::default(),
+            stretches_of: FxHashMap::default(),
+        };
+        let mut data = CoverageData::default();
+        let n = stretches.len();
+        for (k, (lo, hi, mut functions)) in stretches.into_iter().enumerate() {
+            functions.sort_unstable();
+            functions.dedup();
+            let index_of: FxHashMap<usize, usize> =
+                functions.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
+            let mut stretch = Stretch {
+                lines: (lo, hi),
+                functions: functions.iter().map(|&at| coverage.functions[at].mapping_index).collect(),
+                parts: functions.iter().map(|_| Part::default()).collect(),
+                ..Stretch::default()
+            };
+            stretch.compute(coverage, file, &index_of, k + 1 < n, &mut data);
+            for &i in &stretch.functions {
+                live.stretches_of.entry(i).or_default().push(k);
+            }
+            live.stretches.push(stretch);
+        }
+        for (g, members) in coverage.instantiation_groups(file).into_iter().enumerate() {
+            let mut group = Group {
+                functions: members.iter().map(|&at| (coverage.functions[at].mapping_index, Summary::default(), 0)).collect(),
+                summary: Summary::default(),
+                executions: 0,
+            };
+            let all: FxHashMap<usize, usize> = members.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
+            group.compute(coverage, &all, &mut data);
+            for (i, ..) in &group.functions {
+                live.group_of.insert(*i, g);
+            }
+            live.groups.push(group);
+        }
+        live.render();
+        live
+    }
+
+    /// Computes again what `changed` reach, from `coverage`, which loaded
+    /// them; `index_of` maps a function to its place in `coverage`.
+    pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
+        let (stretches, groups) = self.reached(changed);
+        for i in changed {
+            if let (Some(&slot), Some(&at)) = (self.defined_at.get(i), index_of.get(i)) {
+                self.executions[slot] = coverage.functions[at].execution_count;
+            }
+        }
+        let mut data = CoverageData::default();
+        let n = self.stretches.len();
+        for k in stretches {
+            self.stretches[k].compute(coverage, self.file, index_of, k + 1 < n, &mut data);
+        }
+        for g in groups {
+            self.groups[g].compute(coverage, index_of, &mut data);
+        }
+        self.render();
+    }
+
+    /// The stretches and groups of `changed`.
+    fn reached(&self, changed: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let mut stretches = FxHashSet::default();
+        let mut groups = FxHashSet::default();
+        for i in changed {
+            stretches.extend(self.stretches_of.get(i).into_iter().flatten().copied());
+            groups.extend(self.group_of.get(i).copied());
+        }
+        (stretches.into_iter().collect(), groups.into_iter().collect())
+    }
+
+    /// Appends the record, as [`super::write_file`] writes it.
+    pub fn write(&self, out: &mut String, test_name: Option<&str>) {
+        if let Some(test) = test_name {
+            out.push_str("TN:");
+            out.push_str(test);
+            out.push('\n');
+        }
+        out.push_str(&self.text);
+    }
+
+    /// Writes the text again: the counts, totals and fresh stretches new,
+    /// the other stretches' lines copied.
+    fn render(&mut self) {
+        let mut out = String::with_capacity(self.text.len().max(self.head.len() * 2));
+        out.push_str(&self.head);
+        let mut start = 0;
+        for (&count, &end) in self.executions.iter().zip(&self.ends) {
+            out.push_str("FNDA:");
+            push_int(&mut out, count);
+            out.push(',');
+            out.push_str(&self.names[start..end]);
+            out.push('\n');
+            start = end;
+        }
+        let mut total = Summary::default();
+        for g in &self.groups {
+            total.add(g.summary);
+        }
+        push_line(&mut out, "FNF:", self.groups.len());
+        push_line(&mut out, "FNH:", self.groups.iter().filter(|g| g.executions > 0).count());
+        for s in &mut self.stretches {
+            let at = out.len();
+            match &s.fresh {
+                Some((da, _)) => out.push_str(da),
+                None => out.push_str(&self.text[s.da.clone()]),
+            }
+            s.da = at..out.len();
+        }
+        for s in &mut self.stretches {
+            let at = out.len();
+            match s.fresh.take() {
+                Some((_, brda)) => out.push_str(&brda),
+                None => out.push_str(&self.text[s.brda.clone()]),
+            }
+            s.brda = at..out.len();
+        }
+        push_line(&mut out, "BRF:", total.branches);
+        push_line(&mut out, "BRH:", total.branches_hit);
+        push_line(&mut out, "LF:", total.lines);
+        push_line(&mut out, "LH:", total.lines_hit);
+        out.push_str("end_of_record\n");
+        self.text = out;
+    }
+}
+
+impl Stretch {
+    /// Its lines and branches, with the parts of the functions `coverage`
+    /// has (`index_of` says where) computed again and the others as they
+    /// were; `followed`: stretches come after it.
+    fn compute<'m>(
+        &mut self,
+        coverage: &Coverage<'m>,
+        file: FileName,
+        index_of: &FxHashMap<usize, usize>,
+        followed: bool,
+        data: &mut CoverageData<'m>,
+    ) {
+        for (i, part) in self.functions.iter().zip(&mut self.parts) {
+            if let Some(&at) = index_of.get(i) {
+                part.spans.clear();
+                coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
+                part.branches.clear();
+                placed_branches(coverage, data, &mut part.branches);
+            }
+        }
+        let spans: Vec<Span> = self.parts.iter().flat_map(|p| p.spans.iter().copied()).collect();
+        segments_of(&spans, followed, &mut data.segments);
+        let mut da = String::new();
+        line_stats(&data.segments, |s, run| {
+            if s.mapped {
+                let mut count = itoa::Buffer::new();
+                let count = count.format(s.count);
+                for line in s.line..s.line + run {
+                    da.push_str("DA:");
+                    push_int(&mut da, line);
+                    da.push(',');
+                    da.push_str(count);
+                    da.push('\n');
+                }
+            }
+        });
+        let mut brda = String::new();
+        write_placed_branches(&mut brda, self.parts.iter().flat_map(|p| p.branches.iter().cloned()).collect());
+        self.fresh = Some((da, brda));
+    }
+}
+
+impl Group {
+    /// Its summary, as [`super::file_summary`] computes a group's, with the
+    /// functions `coverage` has (`index_of` says where) computed again and
+    /// the others as they were.
+    fn compute<'m>(&mut self, coverage: &Coverage<'m>, index_of: &FxHashMap<usize, usize>, data: &mut CoverageData<'m>) {
+        let mut group: Option<Summary> = None;
+        self.executions = 0;
+        for (i, summary, executions) in &mut self.functions {
+            if let Some(&at) = index_of.get(i) {
+                *summary = function_summary(coverage, at, data);
+                *executions = coverage.functions[at].execution_count;
+            }
+            self.executions = self.executions.wrapping_add(*executions);
+            match &mut group {
+                None => group = Some(*summary),
+                Some(g) => g.merge_max(*summary),
+            }
+        }
+        self.summary = group.unwrap_or_default();
+    }
+}
