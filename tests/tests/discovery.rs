@@ -160,10 +160,13 @@ fn a_sidecar_started_before_its_replicas_waits_for_their_name_and_says_when_it_c
     // A or AAAA records (as a headless Service without ready pods).
     let dns = Dns::start_with(&dir, &[], port, &[LOCAL.to_owned()]);
     let spec = format!("dns:{NAME}:{port}");
-    let sidecar = Sidecar::start(
+    let log = dir.join("sidecar.log");
+    let sidecar = Sidecar::start_logging(
         &["--replicas", &spec, "--dns-server", &dns.arg(), "--listen", "127.0.0.1:0", "--resolve-interval", "0.5", "--timeout", "10"],
         None,
+        std::fs::File::create(&log).expect("the sidecar's log").into(),
     );
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
     // Resolved at start, without a request for coverage.
     let source = |sc: &Sidecar| sc.get("/targets").json()["sources"][0].clone();
     let failing = wait_for("the name's failure in /targets", || Some(source(&sidecar)).filter(|s| s["state"] == "no_records"));
@@ -183,6 +186,9 @@ fn a_sidecar_started_before_its_replicas_waits_for_their_name_and_says_when_it_c
     assert!(metrics.contains(&format!("livecov_sidecar_source_targets{{source=\"{spec}\"}} 0\n")), "{metrics}");
     // An empty merge is still served.
     sidecar.coverage("");
+    // Logged once, not at every resolution.
+    let failure_line = format!("livecov sidecar: {spec}: {error} (resolving again every 0.5 s)\n");
+    assert_eq!(logged().matches(&failure_line).count(), 1, "{}", logged());
 
     // The replica starts and its record appears.
     let replica = Replica::start("127.0.0.2", Some(port), None, &dir.join("cov"), &[]);
@@ -199,6 +205,8 @@ fn a_sidecar_started_before_its_replicas_waits_for_their_name_and_says_when_it_c
     assert!(function_count(&sidecar.coverage(""), FIB) > 0);
     let row = sidecar.target("127.0.0.2").expect("the replica in /targets");
     assert_eq!(row["state"], "running", "{row}");
+    let back_line = format!("livecov sidecar: {spec}: resolved again: 1 target(s), after ");
+    assert!(logged().contains(&back_line) && logged().contains(" of: no records of the asked type\n"), "{}", logged());
 
     // The DNS server goes away: the last answer is kept, the source says why.
     let dns_arg = dns.arg();
@@ -210,6 +218,7 @@ fn a_sidecar_started_before_its_replicas_waits_for_their_name_and_says_when_it_c
     assert_eq!(sidecar.target("127.0.0.2").expect("the replica")["state"], "running");
     let metrics = sidecar.get("/metrics").text();
     assert!(metrics.contains(&format!("livecov_sidecar_source_state{{source=\"{spec}\",state=\"no_answer\"}} 1\n")), "{metrics}");
+    assert!(logged().contains("(resolving again every 0.5 s; the 1 target(s) of the last answer are kept)\n"), "{}", logged());
 }
 
 #[test]

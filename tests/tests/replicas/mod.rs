@@ -328,6 +328,11 @@ pub struct Sidecar {
 impl Sidecar {
     /// `livecov sidecar ARGS`; `token`: the `--token` clients must send.
     pub fn start(args: &[&str], token: Option<&str>) -> Sidecar {
+        Sidecar::start_logging(args, token, Stdio::inherit())
+    }
+
+    /// As [`Sidecar::start`], its standard error (its log) to `stderr`.
+    pub fn start_logging(args: &[&str], token: Option<&str>, stderr: Stdio) -> Sidecar {
         let mut cmd = Command::new(livecov_bin());
         cmd.arg("sidecar").args(args);
         if let Some(t) = token {
@@ -340,7 +345,7 @@ impl Sidecar {
             .env_remove("LIVECOV_SIDECAR_TOKEN_FILE")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start livecov sidecar");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
