@@ -208,6 +208,9 @@ fn decode_package(data: &[u8]) -> Result<Package> {
     let table = r.strings().context("string table")?;
     let path = string(&table, path)?;
     let mut functions = Vec::with_capacity(nfuncs);
+    // A report visits every line of every block: a build's blocks span a
+    // few lines each, so their lines are bounded by the meta-data's size.
+    let mut line_budget = 64 * data.len() as u64 + 65536;
     for (i, &off) in offsets.iter().enumerate() {
         let f = (|| {
             r.seek(u64::from(off))?;
@@ -226,6 +229,12 @@ fn decode_package(data: &[u8]) -> Result<Package> {
                 })
                 .collect::<Result<Vec<_>>>()?;
             let _literal = r.uleb()?;
+            for b in &blocks {
+                let lines = u64::from(b.end_line.saturating_sub(b.start_line)) + 1;
+                line_budget = line_budget
+                    .checked_sub(lines)
+                    .ok_or_else(|| anyhow!("blocks over more lines than {} bytes of meta-data can describe (lines {} to {})", data.len(), b.start_line, b.end_line))?;
+            }
             Ok::<_, anyhow::Error>(Function { name, file, blocks })
         })()
         .with_context(|| format!("function {i}"))?;
