@@ -454,6 +454,22 @@ fn bad_requests_limits_hostile_clients_and_the_token() {
     assert_eq!(tcp(&["authorization: Bearer s3cre"]).status, 401);
     assert_eq!(tcp(&["authorization: Bearer s3cret"]).status, 200);
 
+    let mut garbage = std::net::TcpStream::connect(&addr).expect("connect to the hook's TCP port");
+    garbage.write_all(b"\xff\xfe GET\r\n\r\n").expect("send garbage");
+    let mut raw = Vec::new();
+    garbage.read_to_end(&mut raw).expect("read");
+    assert!(raw.starts_with(b"HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&raw));
+
+    // Over 256 connections at once: a 503 for the next one, the others kept.
+    let idle: Vec<_> = (0..256).map(|_| connect_unix(&shop.socket())).collect();
+    let over = poll("a 503 once 256 connections are open", || {
+        let r = unix_request(&shop.socket(), "GET", "/health", &[]);
+        (r.status == 503).then_some(r)
+    });
+    assert!(over.text().contains("over 256 connections at once"), "{}", over.text());
+    drop(idle);
+    poll("the hook serving again", || (status("GET", "/health", &[]) == 200).then_some(()));
+
     // Keep-alive: two requests on one connection.
     let mut s = connect_unix(&shop.socket());
     s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\nGET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").expect("send");
