@@ -78,7 +78,8 @@ func (a *agent) handleConn(c net.Conn, tcp bool) {
 			fmt.Fprintf(os.Stderr, "livecov: internal error serving a request: %v\n", r)
 		}
 	}()
-	br := bufio.NewReaderSize(c, 4096)
+	// A buffer as large as a head may be: any line within the limit fits.
+	br := bufio.NewReaderSize(c, maxHeadBytes)
 	for {
 		c.SetReadDeadline(time.Now().Add(idleTimeout))
 		if _, err := br.Peek(1); err != nil {
@@ -439,13 +440,12 @@ func statusText(status int) string {
 
 // clip keeps the first 100 characters of what a client sent, for a message.
 func clip(s string) string {
-	if i := 0; len(s) > 100 {
-		for j := range s {
-			if i == 100 {
-				return s[:j]
-			}
-			i++
+	n := 0
+	for i := range s {
+		if n == 100 {
+			return s[:i]
 		}
+		n++
 	}
 	return s
 }

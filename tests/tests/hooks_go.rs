@@ -534,5 +534,29 @@ fn a_sidecar_merges_go_processes_with_a_rust_one() {
         sidecar.targets().iter().map(|t| t["runtime"].as_str().unwrap_or("?").to_owned()).collect();
     runtimes.sort();
     assert_eq!(runtimes, ["go", "go", "rust"]);
+
+    // A Go process ends on SIGTERM: its final report stands in for it, in
+    // the sidecar's merge and in a collect of the folder.
+    let [first, mut second] = shops;
+    let gone = second.instance();
+    second.get("/items/pear");
+    second.signal(libc::SIGTERM);
+    assert_eq!(second.wait().signal(), Some(libc::SIGTERM));
+    let after = poll("the ended Go process gone from the sidecar's targets", || {
+        let merged = sidecar.coverage("");
+        sidecar.targets().iter().any(|t| t["instance"] == gone.as_str() && t["state"] == "gone").then_some(merged)
+    });
+    let files = parse_lcov(&after);
+    assert_eq!(file_ending(&files, "shop/inventory/inventory.go").functions["Lookup"], 2, "apple, then pear before SIGTERM");
+    assert_eq!(file_ending(&files, "shop/compute/compute.go").functions["Fib"], 15);
+
+    let out = dir.join("collected");
+    let collect = replicas::livecov(&["collect", "--dir", &cov.display().to_string(), "-o", &out.display().to_string()]);
+    assert!(collect.status.success(), "{}", String::from_utf8_lossy(&collect.stderr));
+    let collected = std::fs::read_to_string(out.join("merged.lcov")).expect("merged.lcov");
+    let files = parse_lcov(&collected);
+    assert_eq!(file_ending(&files, "shop/inventory/inventory.go").functions["Lookup"], 2);
+    assert_eq!(file_ending(&files, "shop/compute/compute.go").functions["Fib"], 15);
+    drop(first);
     rust.kill();
 }
