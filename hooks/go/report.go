@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -23,12 +24,14 @@ type model struct {
 }
 
 type fileModel struct {
+	index int      // in model.files
 	path  string   // as reported: LIVECOV_PATH_MAP applied
 	lines []uint32 // every line of a block, ascending
 	funcs []*funcModel
 }
 
 type funcModel struct {
+	index  int    // in fileCounts.funcs
 	name   string // unique in its file
 	line   uint32
 	file   *fileModel
@@ -101,6 +104,7 @@ func newModel(m *meta, ownPackage string, ignore *regexp.Regexp, rewrites []path
 				fn.line = min(fn.line, u.startLine)
 				fn.blocks = append(fn.blocks, blockLines{index[u.startLine], int(lastLine(u)-u.startLine) + 1})
 			}
+			fn.index = len(md.funcs)
 			md.funcs[f.key] = fn
 			fm.funcs = append(fm.funcs, fn)
 		}
@@ -112,6 +116,9 @@ func newModel(m *meta, ownPackage string, ignore *regexp.Regexp, rewrites []path
 		md.files = append(md.files, fm)
 	}
 	sort.Slice(md.files, func(i, j int) bool { return md.files[i].path < md.files[j].path })
+	for i, f := range md.files {
+		f.index = i
+	}
 	return md
 }
 
@@ -144,18 +151,16 @@ func uniqueNames(funcs []*funcModel) {
 }
 
 // fileCounts are the counts of one report: per file, a count per line of
-// its `lines`, and per function its count.
+// its `lines`, and per function (by index) its count.
 type fileCounts struct {
 	lines [][]uint64
-	funcs map[*funcModel]uint64
+	funcs []uint64
 }
 
 // count applies the counters of a snapshot to the model.
 func (md *model) count(counters map[funcKey][]uint32) fileCounts {
-	fc := fileCounts{lines: make([][]uint64, len(md.files)), funcs: map[*funcModel]uint64{}}
-	fileIndex := make(map[*fileModel]int, len(md.files))
+	fc := fileCounts{lines: make([][]uint64, len(md.files)), funcs: make([]uint64, len(md.funcs))}
 	for i, f := range md.files {
-		fileIndex[f] = i
 		fc.lines[i] = make([]uint64, len(f.lines))
 	}
 	for key, values := range counters {
@@ -163,9 +168,9 @@ func (md *model) count(counters map[funcKey][]uint32) fileCounts {
 		if fn == nil || fn.hidden {
 			continue
 		}
-		lines := fc.lines[fileIndex[fn.file]]
+		lines := fc.lines[fn.file.index]
 		if fn.entry < len(values) {
-			fc.funcs[fn] = uint64(values[fn.entry])
+			fc.funcs[fn.index] = uint64(values[fn.entry])
 		}
 		for i, b := range fn.blocks {
 			if i >= len(values) {
@@ -181,36 +186,50 @@ func (md *model) count(counters map[funcKey][]uint32) fileCounts {
 }
 
 // lcov writes the report, with `TN:test` before each record when test is not empty.
+// Appends rather than fmt: with -coverpkg=all every call into the standard
+// library counts, and fmt would make a large report's dump several times slower.
 func (md *model) lcov(fc fileCounts, test string) []byte {
-	var b strings.Builder
+	var b []byte
+	num := func(prefix string, v uint64) {
+		b = append(b, prefix...)
+		b = strconv.AppendUint(b, v, 10)
+	}
 	for i, f := range md.files {
 		if test != "" {
-			b.WriteString("TN:" + test + "\n")
+			b = append(b, "TN:"+test+"\n"...)
 		}
-		b.WriteString("SF:" + f.path + "\n")
+		b = append(b, "SF:"+f.path+"\n"...)
+		for _, fn := range f.funcs {
+			num("FN:", uint64(fn.line))
+			b = append(b, ","+fn.name+"\n"...)
+		}
 		hit := 0
 		for _, fn := range f.funcs {
-			fmt.Fprintf(&b, "FN:%d,%s\n", fn.line, fn.name)
-		}
-		for _, fn := range f.funcs {
-			c := fc.funcs[fn]
+			c := fc.funcs[fn.index]
 			if c > 0 {
 				hit++
 			}
-			fmt.Fprintf(&b, "FNDA:%d,%s\n", c, fn.name)
+			num("FNDA:", c)
+			b = append(b, ","+fn.name+"\n"...)
 		}
-		fmt.Fprintf(&b, "FNF:%d\nFNH:%d\n", len(f.funcs), hit)
+		num("FNF:", uint64(len(f.funcs)))
+		num("\nFNH:", uint64(hit))
+		b = append(b, '\n')
 		linesHit := 0
 		for j, l := range f.lines {
 			c := fc.lines[i][j]
 			if c > 0 {
 				linesHit++
 			}
-			fmt.Fprintf(&b, "DA:%d,%d\n", l, c)
+			num("DA:", uint64(l))
+			num(",", c)
+			b = append(b, '\n')
 		}
-		fmt.Fprintf(&b, "BRF:0\nBRH:0\nLF:%d\nLH:%d\nend_of_record\n", len(f.lines), linesHit)
+		num("BRF:0\nBRH:0\nLF:", uint64(len(f.lines)))
+		num("\nLH:", uint64(linesHit))
+		b = append(b, "\nend_of_record\n"...)
 	}
-	return []byte(b.String())
+	return b
 }
 
 // summary is `?format=json`: per-file and total line and function counts
@@ -227,7 +246,7 @@ func (md *model) summary(fc fileCounts) []byte {
 			}
 		}
 		for _, fn := range f.funcs {
-			if fc.funcs[fn] > 0 {
+			if fc.funcs[fn.index] > 0 {
 				fh++
 			}
 		}

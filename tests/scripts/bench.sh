@@ -148,4 +148,5 @@ echo
 "$root/tests/scripts/bench-native.sh"
 "$root/tests/scripts/bench-node.sh"
 "$root/tests/scripts/bench-python.sh"
+"$root/tests/scripts/bench-go.sh"
 "$root/tests/scripts/bench-fleet.sh"
