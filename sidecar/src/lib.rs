@@ -1,7 +1,8 @@
 //! The library behind the `livecov` command: LCOV merging ([`merge`]), the
 //! client of livecov agents ([`client`]), and the subcommands built on them:
 //! `livecov sidecar` ([`sidecar`]) and `livecov collect` ([`collect`]) over
-//! the targets of [`targets`], asked through [`fanout`].
+//! the targets of [`targets`], asked through [`fanout`]; and `livecov report`
+//! ([`report`]): tables, Cobertura XML and thresholds over merged LCOV.
 
 pub mod client;
 pub mod collect;
@@ -12,6 +13,7 @@ pub mod merge;
 pub mod merge_command;
 pub mod metrics;
 pub mod output;
+pub mod report;
 pub mod sidecar;
 pub mod snapshot;
 pub mod targets;

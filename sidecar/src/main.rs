@@ -1,7 +1,8 @@
 //! The `livecov` command.
 //!
 //! `livecov convert` turns an instrumented binary and its raw profiles into
-//! LCOV with no LLVM tool installed; `livecov merge` merges LCOV reports;
+//! LCOV with no LLVM tool installed; `livecov merge` merges LCOV reports,
+//! `livecov report` reports on them (tables, Cobertura XML, thresholds);
 //! `livecov dump` and `livecov reset` talk to one running agent;
 //! `livecov sidecar` serves the merged coverage of many processes and
 //! replicas, `livecov collect` collects it once. All are built on the same
@@ -9,7 +10,7 @@
 
 mod convert;
 
-use livecov_cli::{collect, dump, merge_command, sidecar};
+use livecov_cli::{collect, dump, merge_command, report, sidecar};
 
 use std::process::ExitCode;
 
@@ -26,6 +27,7 @@ struct Cli {
 enum Command {
     Convert(convert::Args),
     Merge(merge_command::Args),
+    Report(report::Args),
     Dump(dump::DumpArgs),
     Reset(dump::ResetArgs),
     Sidecar(sidecar::Args),
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Convert(args) => convert::run(args),
         Command::Merge(args) => merge_command::run(args),
+        Command::Report(args) => report::run(args),
         Command::Dump(args) => dump::dump(args),
         Command::Reset(args) => dump::reset(args),
         Command::Sidecar(args) => sidecar::run(args),
@@ -62,7 +65,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("livecov: error: {e:#}");
+            match e.downcast_ref::<report::UnderThreshold>() {
+                // Not an error: the report was written, and the gate says why it fails.
+                Some(under) => under.0.iter().for_each(|line| eprintln!("livecov: {line}")),
+                None => eprintln!("livecov: error: {e:#}"),
+            }
             ExitCode::FAILURE
         }
     }

@@ -18,7 +18,9 @@
 //!   numbers and then ignored: the output's are computed from the merged
 //!   entries (`FNF` distinct functions, `FNH` those with a count > 0; `LF`
 //!   `DA` lines, `LH` those with a count > 0; `BRF` branch entries, `BRH`
-//!   those with a count > 0);
+//!   those with a count > 0); a record read from one input, once, keeps
+//!   that input's values beside them ([`RecordView::summary`]): llvm-cov
+//!   computes them from function summaries, which LCOV does not carry;
 //! - sums saturate at `u64::MAX`;
 //! - other lines (`VER:`, `MCDC:`, comments, blank lines...) are ignored.
 //!
@@ -118,6 +120,19 @@ struct Record {
     function_index: FxHashMap<Box<str>, usize>,
     /// Sorted by (line, block, branch), one entry per key.
     branches: Vec<Branch>,
+    /// How many `SF:` ... `end_of_record` sections were merged into it.
+    sections: u32,
+    /// The summary records of its one section (meaningful when `sections`
+    /// is 1).
+    given: Given,
+}
+
+/// The summary records a section gave (`None`: it had none of that kind).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Given {
+    functions: [Option<u64>; 2],
+    lines: [Option<u64>; 2],
+    branches: [Option<u64>; 2],
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -268,21 +283,51 @@ impl Merger {
             return;
         }
         for record in other.records {
-            let index = self.record_index(&record.test, &record.file);
-            let mine = &mut self.records[index];
-            if mine.is_empty() {
-                *mine = record;
-            } else {
-                mine.merge_lines(record.lines);
-                for (line, sum) in record.checksums {
-                    mine.checksums.entry(line).or_insert(sum);
-                }
-                mine.merge_branches(record.branches);
-                for f in record.functions {
-                    mine.merge_function(f.name, f.location, f.count);
-                }
+            self.absorb_record(record);
+        }
+    }
+
+    /// Merges one record into the record of its key.
+    fn absorb_record(&mut self, record: Record) {
+        let index = self.record_index(&record.test, &record.file);
+        let mine = &mut self.records[index];
+        if mine.sections == 0 && mine.is_empty() {
+            *mine = record;
+        } else {
+            mine.merge_lines(record.lines);
+            for (line, sum) in record.checksums {
+                mine.checksums.entry(line).or_insert(sum);
+            }
+            mine.merge_branches(record.branches);
+            for f in record.functions {
+                mine.merge_function(f.name, f.location, f.count);
+            }
+            // Two sections: what each gave cannot be added up.
+            mine.sections = mine.sections.saturating_add(record.sections).max(2);
+        }
+    }
+
+    /// The records, sorted by test name then source file.
+    pub fn records(&self) -> impl Iterator<Item = RecordView<'_>> {
+        self.sorted().into_iter().map(RecordView)
+    }
+
+    /// The records re-keyed by `key(test, file)`, which gives the new test
+    /// name and source file, or `None` to leave the record out. Records
+    /// given the same key are merged (in the order of [`records`](Merger::records)),
+    /// as two inputs with those keys would be.
+    pub fn rekey(self, mut key: impl FnMut(&str, &str) -> Option<(String, String)>) -> Merger {
+        let mut records = self.records;
+        records.sort_unstable_by(|a, b| (&a.test, &a.file).cmp(&(&b.test, &b.file)));
+        let mut out = Merger::new();
+        for mut record in records {
+            if let Some((test, file)) = key(&record.test, &record.file) {
+                record.test = test.into();
+                record.file = file.into();
+                out.absorb_record(record);
             }
         }
+        out
     }
 
     /// The totals the merged report's summary records add up to.
@@ -359,13 +404,78 @@ pub fn merge<'a>(inputs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result
 
 // ---------------------------------------------------------------- records
 
-struct Summary {
-    lines: u64,
-    lines_hit: u64,
-    functions: u64,
-    functions_hit: u64,
-    branches: u64,
-    branches_hit: u64,
+/// A record's numbers: lines, functions and branches found and hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub lines: u64,
+    pub lines_hit: u64,
+    pub functions: u64,
+    pub functions_hit: u64,
+    pub branches: u64,
+    pub branches_hit: u64,
+}
+
+/// One merged record, read-only: what reports are made of.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a>(&'a Record);
+
+impl<'a> RecordView<'a> {
+    /// The test name (`TN:`), empty when there was none.
+    pub fn test(&self) -> &'a str {
+        &self.0.test
+    }
+
+    /// The source file (`SF:`).
+    pub fn file(&self) -> &'a str {
+        &self.0.file
+    }
+
+    /// `(line, count)` per `DA` line, lines ascending.
+    pub fn lines(&self) -> impl Iterator<Item = (u32, u64)> + 'a {
+        self.0.lines.iter().map(|l| (l.line, l.count))
+    }
+
+    /// `(line, taken)` per `BRDA` entry, by line (`None`: `-`, never reached).
+    pub fn branches(&self) -> impl Iterator<Item = (u32, Option<u64>)> + 'a {
+        self.0.branches.iter().map(|b| (b.line, b.taken))
+    }
+
+    /// `(name, first line, count)` per function, in the order first seen.
+    pub fn functions(&self) -> impl Iterator<Item = (&'a str, Option<u32>, u64)> + 'a {
+        self.0.functions.iter().map(|f| (&*f.name, f.location.map(|(start, _)| start), f.count))
+    }
+
+    /// The numbers the merged report's summary records say: counted from
+    /// the entries.
+    pub fn counted(&self) -> Summary {
+        self.0.summary()
+    }
+
+    /// The record's numbers as its producer counted them: per kind, the
+    /// summary records of its input when it was read from one input, once,
+    /// that gave them (and hit no more than found); else counted from the
+    /// entries. llvm-cov counts `LF`/`LH` and `BRF`/`BRH` from function
+    /// summaries (so they equal `llvm-cov report`'s), which the entries
+    /// alone do not give back.
+    pub fn summary(&self) -> Summary {
+        let mut s = self.0.summary();
+        if self.0.sections != 1 {
+            return s;
+        }
+        let g = &self.0.given;
+        for (given, (found, hit)) in [
+            (g.lines, (&mut s.lines, &mut s.lines_hit)),
+            (g.functions, (&mut s.functions, &mut s.functions_hit)),
+            (g.branches, (&mut s.branches, &mut s.branches_hit)),
+        ] {
+            if let [Some(f), Some(h)] = given {
+                if h <= f {
+                    (*found, *hit) = (f, h);
+                }
+            }
+        }
+        s
+    }
 }
 
 impl Record {
@@ -586,6 +696,8 @@ struct Parser<'a> {
     branches: Vec<Branch>,
     /// lcov 2.2's `FNL:index,start[,end]` of the current record.
     fnl: FxHashMap<u64, (u32, Option<u32>)>,
+    /// The summary records of the current record.
+    given: Given,
 }
 
 impl<'a> Parser<'a> {
@@ -599,6 +711,7 @@ impl<'a> Parser<'a> {
             lines: Vec::new(),
             branches: Vec::new(),
             fnl: FxHashMap::default(),
+            given: Given::default(),
         }
     }
 
@@ -696,7 +809,19 @@ impl<'a> Parser<'a> {
                 self.branches.push(Branch { line, block: Id::parse(block), branch: Id::parse(branch), taken });
             }
             "FNF" | "FNH" | "LF" | "LH" | "BRF" | "BRH" => {
-                self.count(rest, tag)?;
+                let n = self.count(rest, tag)?;
+                if self.current.is_some() {
+                    let g = &mut self.given;
+                    let slot = match tag {
+                        "FNF" => &mut g.functions[0],
+                        "FNH" => &mut g.functions[1],
+                        "LF" => &mut g.lines[0],
+                        "LH" => &mut g.lines[1],
+                        "BRF" => &mut g.branches[0],
+                        _ => &mut g.branches[1],
+                    };
+                    *slot = Some(n);
+                }
             }
             _ => {}
         }
@@ -742,8 +867,11 @@ impl<'a> Parser<'a> {
     /// Ends the current record: its lines and branches are merged into it.
     fn close(&mut self) {
         self.fnl.clear();
+        let given = std::mem::take(&mut self.given);
         let Some(index) = self.current.take() else { return };
         let record = &mut self.merger.records[index];
+        record.sections = record.sections.saturating_add(1);
+        record.given = given;
         let mut lines = std::mem::take(&mut self.lines);
         normalize(&mut lines, |a, b| a.line.cmp(&b.line), |a, b| a.count = a.count.saturating_add(b.count));
         record.merge_lines(lines);
