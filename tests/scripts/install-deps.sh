@@ -56,3 +56,4 @@ fi
 "$(dirname "$0")/deps-python.sh"
 "$(dirname "$0")/deps-nginx.sh"
 "$(dirname "$0")/deps-go.sh"
+"$(dirname "$0")/deps-report.sh"
