@@ -35,10 +35,11 @@ type agent struct {
 	baseline map[funcKey][]uint32
 	preamble []byte // a counter file's segment preamble, as the runtime writes it
 
-	unix     net.Listener  // nil without LIVECOV_DIR
-	limit    chan struct{} // a slot per open connection
-	tcp      net.Listener  // nil without LIVECOV_LISTEN
-	reportMu sync.Mutex    // one report or metadata write at a time
+	unix     net.Listener   // nil without LIVECOV_DIR
+	limit    chan struct{}  // a slot per open connection
+	tcp      net.Listener   // nil without LIVECOV_LISTEN
+	reportMu sync.Mutex     // one report or metadata write at a time
+	signals  chan os.Signal // SIGTERM and SIGINT, taken for the final report
 }
 
 // snapshot reads the counters now, less the baseline; with reset, they
@@ -139,6 +140,35 @@ func (a *agent) run() error {
 				return fmt.Errorf("cannot make %s: %v", filepath.Join(a.cfg.dir, sub), err)
 			}
 		}
+	}
+	// Before the socket, which tells clients the instance is there: a
+	// SIGTERM from then on gets its final report.
+	a.watchSignals()
+	if err := a.listen(); err != nil {
+		signal.Stop(a.signals)
+		return err
+	}
+	a.writeMetadata("running")
+	if a.cfg.flush > 0 && a.cfg.dir != "" {
+		go func() {
+			for range time.Tick(a.cfg.flush) {
+				a.writeReport()
+			}
+		}()
+	}
+	a.limit = make(chan struct{}, maxConnections)
+	if a.tcp != nil {
+		go a.serve(a.tcp, true)
+	}
+	if a.unix != nil {
+		go a.serve(a.unix, false)
+	}
+	return nil
+}
+
+// listen opens the socket in LIVECOV_DIR and the TCP address, as configured.
+func (a *agent) listen() error {
+	if a.cfg.dir != "" {
 		l, err := a.listenUnix()
 		if err != nil {
 			return err
@@ -155,22 +185,6 @@ func (a *agent) run() error {
 			return fmt.Errorf("cannot listen on LIVECOV_LISTEN=%q: %v", a.cfg.listen, err)
 		}
 		a.tcp = l
-	}
-	a.writeMetadata("running")
-	a.watchSignals()
-	if a.cfg.flush > 0 && a.cfg.dir != "" {
-		go func() {
-			for range time.Tick(a.cfg.flush) {
-				a.writeReport()
-			}
-		}()
-	}
-	a.limit = make(chan struct{}, maxConnections)
-	if a.tcp != nil {
-		go a.serve(a.tcp, true)
-	}
-	if a.unix != nil {
-		go a.serve(a.unix, false)
 	}
 	return nil
 }
@@ -283,6 +297,7 @@ func (a *agent) watchSignals() {
 		return
 	}
 	ch := make(chan os.Signal, 1)
+	a.signals = ch
 	signal.Notify(ch, sigs...)
 	go func() {
 		sig := (<-ch).(syscall.Signal)

@@ -18,6 +18,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime/coverage"
 	"runtime/debug"
@@ -40,7 +41,8 @@ func init() {
 		fmt.Fprintln(os.Stderr, "livecov: not started: this program was not built with -cover (build it with go build -cover -covermode=atomic)")
 		return
 	}
-	go start(cfg)
+	instance := fmt.Sprintf("go-%d-%s", os.Getpid(), randomHex())
+	go start(cfg, instance, claimCoverDir(cfg, instance))
 }
 
 // builtWithCover says whether the go command recorded -cover in the build.
@@ -57,11 +59,52 @@ func builtWithCover() bool {
 	return false
 }
 
-// programMeta waits for the program's coverage meta-data. The runtime
-// registers it at the end of the main package's initialisation, after
-// this package's init; until then WriteMeta refuses.
-func programMeta() []byte {
+// claimCoverDir points GOCOVERDIR, when the program has none, at a fresh
+// folder of this instance, LIVECOV_DIR/go/<instance>, before the runtime
+// reads it at the end of the main package's initialisation. The runtime
+// then writes the program's meta-data there, which tells the hook that
+// the coverage runtime is ready, and at a normal exit (main returning,
+// os.Exit) its counters: what Go itself leaves of a process that the hook
+// cannot see end. "" when GOCOVERDIR is the program's own or there is no
+// LIVECOV_DIR.
+func claimCoverDir(cfg *config, instance string) string {
+	if cfg.dir == "" || os.Getenv("GOCOVERDIR") != "" {
+		return ""
+	}
+	dir := filepath.Join(cfg.dir, "go", instance)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return ""
+	}
+	if err := os.Setenv("GOCOVERDIR", dir); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// programMeta waits for the program's coverage meta-data, which the runtime
+// registers at the end of the main package's initialisation, after this
+// package's init.
+//
+// With a GOCOVERDIR of its own, the hook waits for the meta-data file the
+// runtime writes there: the runtime read GOCOVERDIR just before, under the
+// environment's lock, so the hook taking that lock afterwards (to put the
+// environment back as the program set it) orders all the runtime's set-up
+// before the hook's first call into runtime/coverage. That keeps -race
+// builds free of reports. Otherwise (or if the file never comes) it asks
+// runtime/coverage until it answers, which the race detector reports once.
+func programMeta(coverDir string) []byte {
 	wait := time.Millisecond
+	if coverDir != "" {
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+			if metas, _ := filepath.Glob(filepath.Join(coverDir, "covmeta.*")); len(metas) > 0 {
+				break
+			}
+			time.Sleep(wait)
+			wait = min(2*wait, 100*time.Millisecond)
+		}
+		os.Unsetenv("GOCOVERDIR")
+		shareMeta(coverDir)
+	}
 	for {
 		var b bytes.Buffer
 		if err := coverage.WriteMeta(&b); err == nil {
@@ -72,21 +115,42 @@ func programMeta() []byte {
 	}
 }
 
-func start(cfg *config) {
-	raw := programMeta()
+// shareMeta keeps one copy of a build's meta-data file for all its
+// instances: each instance's folder holds a hard link to
+// LIVECOV_DIR/go/covmeta.<hash> (a large build's meta-data is megabytes).
+func shareMeta(coverDir string) {
+	metas, _ := filepath.Glob(filepath.Join(coverDir, "covmeta.*"))
+	for _, own := range metas {
+		shared := filepath.Join(filepath.Dir(coverDir), filepath.Base(own))
+		if os.Link(own, shared) == nil {
+			continue
+		}
+		// Another instance shared it first: link to its copy instead.
+		tmp := own + ".link"
+		if os.Link(shared, tmp) == nil && os.Rename(tmp, own) != nil {
+			os.Remove(tmp)
+		}
+	}
+}
+
+func start(cfg *config, instance, coverDir string) {
+	raw := programMeta(coverDir)
 	m, err := decodeMeta(raw)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "livecov: not started: cannot read this program's coverage meta-data (%v)\n", err)
 		return
 	}
 	if m.mode != modeAtomic {
+		if coverDir != "" {
+			os.RemoveAll(coverDir)
+		}
 		fmt.Fprintf(os.Stderr, "livecov: not started: this program was built with -covermode=%s; the hook needs -covermode=atomic (go build -cover -covermode=atomic)\n", modeNames[m.mode])
 		return
 	}
 	own := reflect.TypeOf(config{}).PkgPath()
 	a := &agent{
 		cfg:      cfg,
-		instance: fmt.Sprintf("go-%d-%s", os.Getpid(), randomHex()),
+		instance: instance,
 		started:  time.Now(),
 		rawMeta:  raw,
 		meta:     m,

@@ -55,6 +55,8 @@ pub enum Build {
     Set,
     /// No `-cover`.
     Plain,
+    /// `-race -cover -coverpkg=./...,net/http` (`-race` makes the mode atomic).
+    Race,
 }
 
 impl Build {
@@ -63,6 +65,7 @@ impl Build {
             Build::Atomic => "atomic",
             Build::Set => "set",
             Build::Plain => "plain",
+            Build::Race => "race",
         }
     }
 
@@ -71,6 +74,7 @@ impl Build {
             Build::Atomic => &["-cover", "-covermode=atomic", "-coverpkg=./...,net/http"],
             Build::Set => &["-cover", "-covermode=set"],
             Build::Plain => &[],
+            Build::Race => &["-race", "-cover", "-coverpkg=./...,net/http"],
         }
     }
 }
@@ -84,7 +88,7 @@ pub fn service_dir() -> PathBuf {
 /// `target/fixtures/go/<build>/shop` (once per test process; Go's build
 /// cache makes a build of unchanged sources quick).
 pub fn service(build: Build) -> PathBuf {
-    static BUILT: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static BUILT: [OnceLock<PathBuf>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
     BUILT[build as usize]
         .get_or_init(|| {
             let out = workspace_root().join("target/fixtures/go").join(build.name());

@@ -359,6 +359,39 @@ fn a_program_that_takes_sigterm_itself_behaves_as_without_the_hook() {
 }
 
 #[test]
+fn a_normal_exit_leaves_gos_own_counters_and_a_race_build_no_race_report() {
+    for build in [Build::Atomic, Build::Race] {
+        let mut shop = Shop::start(&format!("exit-{build:?}"), build, &[], &[]);
+        let instance = shop.instance();
+        shop.get("/items/milk");
+        // The program's environment is as it set it: GOCOVERDIR is the
+        // hook's only until the runtime has read it.
+        let environ = std::fs::read(format!("/proc/{}/environ", shop.child.id())).expect("the environment");
+        assert!(!environ.split(|&b| b == 0).any(|v| v.starts_with(b"GOCOVERDIR=")), "{build:?}");
+        assert_eq!(shop.lcov("").is_empty(), false);
+        assert_eq!(shop.get("/quit").trim(), "bye");
+        let status = shop.wait();
+        assert_eq!(status.code(), Some(0), "{build:?}: main returned ({status:?}); stderr: {}", shop.stderr());
+        assert!(!shop.stderr().contains("DATA RACE"), "{build:?}: {}", shop.stderr());
+        // Go wrote its counters at exit beside the meta-data; one copy of
+        // the meta-data for the build.
+        let dir = shop.cov.join("go").join(&instance);
+        let out = Command::new(livecov_bin()).arg("convert").arg("--go-coverdir").arg(&dir).output().expect("run livecov convert");
+        assert!(out.status.success(), "{build:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let lcov = String::from_utf8(out.stdout).expect("UTF-8");
+        assert_eq!(file_ending(&parse_lcov(&lcov), "shop/inventory/inventory.go").functions["discount"], 1, "{build:?}");
+        let shared: Vec<_> = std::fs::read_dir(shop.cov.join("go"))
+            .expect("LIVECOV_DIR/go")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("covmeta."))
+            .collect();
+        assert_eq!(shared.len(), 1, "{build:?}");
+        use std::os::unix::fs::MetadataExt;
+        assert!(shared[0].metadata().expect("the shared meta-data").nlink() >= 2, "{build:?}: a hard link");
+    }
+}
+
+#[test]
 fn builds_the_hook_cannot_serve_get_one_line_on_stderr_and_no_server() {
     for (build, line) in [
         (Build::Plain, "livecov: not started: this program was not built with -cover (build it with go build -cover -covermode=atomic)"),
