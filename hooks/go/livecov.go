@@ -28,6 +28,9 @@ import (
 // Version is the livecov version the metadata reports.
 const Version = "0.1.0"
 
+// goCoverDirVariable is where Go's coverage runtime writes its files.
+const goCoverDirVariable = "GOCOVERDIR"
+
 func init() {
 	cfg, err := readConfig(os.Getenv)
 	if err != nil {
@@ -68,14 +71,14 @@ func builtWithCover() bool {
 // cannot see end. "" when GOCOVERDIR is the program's own or there is no
 // LIVECOV_DIR.
 func claimCoverDir(cfg *config, instance string) string {
-	if cfg.dir == "" || os.Getenv("GOCOVERDIR") != "" {
+	if cfg.dir == "" || os.Getenv(goCoverDirVariable) != "" {
 		return ""
 	}
 	dir := filepath.Join(cfg.dir, "go", instance)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return ""
 	}
-	if err := os.Setenv("GOCOVERDIR", dir); err != nil {
+	if err := os.Setenv(goCoverDirVariable, dir); err != nil {
 		return ""
 	}
 	return dir
@@ -102,7 +105,7 @@ func programMeta(coverDir string) []byte {
 			time.Sleep(wait)
 			wait = min(2*wait, 100*time.Millisecond)
 		}
-		os.Unsetenv("GOCOVERDIR")
+		os.Unsetenv(goCoverDirVariable)
 		shareMeta(coverDir)
 	}
 	for {
