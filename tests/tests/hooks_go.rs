@@ -533,7 +533,7 @@ fn path_map_ignore_and_periodic_reports_that_survive_sigkill() {
 }
 
 #[test]
-fn a_sidecar_merges_go_processes_with_a_rust_one() {
+fn a_sidecar_merges_go_processes_with_rust_and_node_ones() {
     let dir = scratch(GROUP, "pod");
     let cov = dir.join("cov");
     let shops = [
@@ -548,17 +548,30 @@ fn a_sidecar_merges_go_processes_with_a_rust_one() {
         },
         cov.clone(),
     );
+    let mut node = Killed(
+        livecov_tests::node::node_with_hook(&livecov_tests::node::fixture_dir().join("http/server.js"), &[], &cov)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the Node service"),
+    );
+    let node_port: u16 = {
+        let mut line = String::new();
+        BufReader::new(node.0.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("its first line");
+        line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("Node said {line:?}"))
+    };
     shops[0].get("/fib?n=5");
     shops[1].get("/items/apple");
     rust.get("/hello?name=pod");
+    assert_eq!(livecov_tests::node::get(node_port, "/hello?name=pod").status, 200);
+    let node_socket = cov.join("sockets").join(format!("{}.sock", livecov_tests::node::node_instance(&cov, node.0.id())));
     let own: Vec<String> = shops
         .iter()
         .map(|s| s.lcov(""))
-        .chain(std::iter::once(rust.coverage("")))
+        .chain([rust.coverage(""), unix_request(&node_socket, "GET", "/coverage", &[]).text()])
         .collect();
     let sidecar = replicas::Sidecar::start(&["--dir", &cov.display().to_string(), "--listen", "127.0.0.1:0"], None);
     let merged = sidecar.coverage("");
-    assert_eq!(merged, replicas::merge(&own.iter().map(String::as_str).collect::<Vec<_>>()), "the merge of the three own dumps");
+    assert_eq!(merged, replicas::merge(&own.iter().map(String::as_str).collect::<Vec<_>>()), "the merge of the four own dumps");
     let files = parse_lcov(&merged);
     let compute = file_ending(&files, "shop/compute/compute.go");
     assert_eq!(compute.functions["Fib"], 15);
@@ -566,7 +579,7 @@ fn a_sidecar_merges_go_processes_with_a_rust_one() {
     let mut runtimes: Vec<String> =
         sidecar.targets().iter().map(|t| t["runtime"].as_str().unwrap_or("?").to_owned()).collect();
     runtimes.sort();
-    assert_eq!(runtimes, ["go", "go", "rust"]);
+    assert_eq!(runtimes, ["go", "go", "node", "rust"]);
 
     // A Go process ends on SIGTERM: its final report stands in for it, in
     // the sidecar's merge and in a collect of the folder.
@@ -590,6 +603,16 @@ fn a_sidecar_merges_go_processes_with_a_rust_one() {
     let files = parse_lcov(&collected);
     assert_eq!(file_ending(&files, "shop/inventory/inventory.go").functions["Lookup"], 2);
     assert_eq!(file_ending(&files, "shop/compute/compute.go").functions["Fib"], 15);
-    drop(first);
+    drop((first, node));
     rust.kill();
+}
+
+/// A child process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
