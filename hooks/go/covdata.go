@@ -174,7 +174,7 @@ func lookup(table []string, i uint32, r *reader) string {
 // decodeMeta decodes a meta-data file.
 func decodeMeta(b []byte) (*meta, error) {
 	r := &reader{b: b}
-	if [4]byte(r.bytes(4)) != metaMagic {
+	if !hasMagic(r.bytes(4), metaMagic) {
 		return nil, errors.New("not a Go coverage meta-data file (wrong magic)")
 	}
 	if v := r.u32(); v != 1 {
@@ -275,7 +275,7 @@ type counterData struct {
 // decodeCounters decodes a counter data file.
 func decodeCounters(b []byte) (*counterData, error) {
 	r := &reader{b: b}
-	if [4]byte(r.bytes(4)) != counterMagic {
+	if !hasMagic(r.bytes(4), counterMagic) {
 		return nil, errors.New("not a Go coverage counter data file (wrong magic)")
 	}
 	if v := r.u32(); v != 1 {
@@ -296,7 +296,7 @@ func decodeCounters(b []byte) (*counterData, error) {
 		return nil, errors.New("counter data file too short for its footer")
 	}
 	footer := &reader{b: b[len(b)-counterFooterSize:]}
-	if [4]byte(footer.bytes(4)) != counterMagic {
+	if !hasMagic(footer.bytes(4), counterMagic) {
 		return nil, errors.New("counter data footer: wrong magic")
 	}
 	footer.u32()
@@ -360,7 +360,7 @@ func decodeCounters(b []byte) (*counterData, error) {
 			}
 		}
 		// Each segment is followed by a footer; the file's last one counts them.
-		if f := r.bytes(counterFooterSize); f == nil || [4]byte(f[:4]) != counterMagic {
+		if f := r.bytes(counterFooterSize); f == nil || !hasMagic(f[:4], counterMagic) {
 			return nil, fmt.Errorf("segment %d: no footer after its counters", s)
 		}
 	}
@@ -368,6 +368,11 @@ func decodeCounters(b []byte) (*counterData, error) {
 		return nil, fmt.Errorf("%d bytes after the last segment", len(b)-r.off)
 	}
 	return c, nil
+}
+
+// hasMagic says whether b, which may be short (a truncated file), is magic.
+func hasMagic(b []byte, magic [4]byte) bool {
+	return len(b) == 4 && [4]byte(b) == magic
 }
 
 func saturatingAdd(a, b uint32) uint32 {

@@ -36,6 +36,13 @@ pub fn go(args: &[&str]) -> Command {
     cmd
 }
 
+/// `gofmt` of the same toolchain (in its GOROOT).
+pub fn gofmt() -> PathBuf {
+    let out = run_checked(&mut go(&["env", "GOROOT"]), "go env GOROOT");
+    let goroot = String::from_utf8(out.stdout).expect("GOROOT is UTF-8");
+    Path::new(goroot.trim()).join("bin/gofmt")
+}
+
 /// Removes what would change how the hook or the Go runtime's coverage behave.
 pub fn clean_env(cmd: &mut Command) {
     for (name, _) in std::env::vars_os() {

@@ -248,6 +248,17 @@ fn the_live_report_is_go_tool_covdata_of_the_same_moment_under_the_rule() {
 }
 
 #[test]
+fn the_hooks_own_go_tests_and_vet_pass() {
+    let hook = livecov_tests::workspace_root().join("hooks/go");
+    for args in [&["vet", "./..."][..], &["test", "-count=1", "./..."]] {
+        let out = go::go(args).current_dir(&hook).output().expect("run go");
+        assert!(out.status.success(), "go {args:?}:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    }
+    let unformatted = run_checked(Command::new(go::gofmt()).arg("-l").arg(&hook), "gofmt -l hooks/go");
+    assert!(unformatted.stdout.is_empty(), "not gofmt'ed: {}", String::from_utf8_lossy(&unformatted.stdout));
+}
+
+#[test]
 fn reset_dump_and_reset_and_test_names() {
     let shop = Shop::start("reset", Build::Atomic, &[], &[]);
     let fib = |lcov: &str| file_ending(&parse_lcov(lcov), "shop/compute/compute.go").functions["Fib"];
