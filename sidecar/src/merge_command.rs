@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::merge::Merger;
 use crate::output::Output;
+use crate::report::PathEquivalence;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -18,7 +19,8 @@ use crate::output::Output;
                   is an error naming the file and line.",
     after_help = "Examples:\n  \
                   livecov merge reports/*.lcov -o coverage.lcov\n  \
-                  curl -s --unix-socket app.sock localhost/coverage | livecov merge - old.lcov > all.lcov"
+                  curl -s --unix-socket app.sock localhost/coverage | livecov merge - old.lcov > all.lcov\n  \
+                  livecov merge image.lcov --path-equivalence /app/src,$PWD/src -o local.lcov"
 )]
 pub struct Args {
     /// LCOV files to merge; `-` reads standard input.
@@ -28,11 +30,20 @@ pub struct Args {
     /// rename) instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: Option<PathBuf>,
+    /// Rewrite paths that start with the folder FROM to start with TO
+    /// instead, as llvm-cov's -path-equivalence (and `livecov report`);
+    /// repeatable, the first that applies wins. Records that end up with
+    /// the same path are merged.
+    #[arg(long, value_name = "FROM,TO", value_parser = PathEquivalence::parse)]
+    path_equivalence: Vec<PathEquivalence>,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let output = Output::open(args.output.as_deref())?;
-    let merger = merge_files(&args.files)?;
+    let mut merger = merge_files(&args.files)?;
+    if !args.path_equivalence.is_empty() {
+        merger = merger.rekey(|test, file| Some((test.to_owned(), PathEquivalence::rewrite(&args.path_equivalence, file))));
+    }
     let totals = merger.totals();
     output.commit_with(|w| merger.write_to(w))?;
     if let Some(out) = args.output.as_deref().filter(|o| *o != Path::new("-")) {

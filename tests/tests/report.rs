@@ -452,3 +452,20 @@ fn reads_the_lcov_of_c8_coverage_py_and_genhtmls_lcov() {
         assert!(xml.contains("<class ") && xml.contains(r#"branch="true""#), "{}: {xml}", lcov.display());
     }
 }
+
+#[test]
+fn merge_takes_the_same_path_equivalence() {
+    let dir = scratch("report", "merge-paths");
+    let image = write(&dir.join("image.lcov"), "SF:/app/./src/a.c\nDA:1,1\nDA:2,0\nend_of_record\nSF:/opt/b.c\nDA:1,1\nend_of_record\n");
+    let local = write(&dir.join("local.lcov"), "SF:/home/me/src/a.c\nDA:2,3\nend_of_record\n");
+    let merged = ok(&["merge", "--path-equivalence", "/app,/home/me", &image, &local]);
+    // /app/./src/a.c is /home/me/src/a.c: one record; /opt/b.c as it was.
+    assert_eq!(
+        merged,
+        "SF:/home/me/src/a.c\nFNF:0\nFNH:0\nDA:1,1\nDA:2,3\nBRF:0\nBRH:0\nLF:2\nLH:2\nend_of_record\n\
+         SF:/opt/b.c\nFNF:0\nFNH:0\nDA:1,1\nBRF:0\nBRH:0\nLF:1\nLH:1\nend_of_record\n"
+    );
+    let out = livecov(&["merge", "--path-equivalence", "/app", &image]);
+    assert_eq!(out.status.code(), Some(2), "a bad argument: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not FROM,TO"));
+}
