@@ -29,8 +29,8 @@ use crate::output::Output;
                   written as a per-file table with a TOTAL row (text, or Markdown for a \
                   pull-request comment), as Cobertura XML (GitLab, Jenkins, pycobertura, \
                   diff-cover) or as JSON. Reads the LCOV of livecov, llvm-cov, lcov/geninfo, c8 \
-                  and coverage.py. For llvm-cov's LCOV (and livecov's) the TOTAL row's lines \
-                  and branches are those of `llvm-cov report`. With --fail-under-*, the command \
+                  and coverage.py. For llvm-cov's LCOV (and livecov's) the TOTAL row's functions, \
+                  lines and branches are those of `llvm-cov report`. With --fail-under-*, the command \
                   writes the report, then exits 1 when coverage is under a threshold.",
     after_help = "Examples:\n  \
                   livecov report coverage.lcov\n  \
