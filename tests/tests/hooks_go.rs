@@ -173,6 +173,20 @@ fn rule_over_textfmt(profile: &str) -> BTreeMap<String, BTreeMap<u32, u64>> {
     files
 }
 
+/// The FN lines of a report: per file, (line, name).
+fn fn_lines(lcov: &str) -> BTreeMap<String, Vec<(u32, String)>> {
+    let mut out: BTreeMap<String, Vec<(u32, String)>> = BTreeMap::new();
+    let mut file = String::new();
+    for line in lcov.lines() {
+        if let Some(f) = line.strip_prefix("SF:") {
+            file = f.to_owned();
+        } else if let Some((l, name)) = line.strip_prefix("FN:").and_then(|f| f.split_once(',')) {
+            out.entry(file.clone()).or_default().push((l.parse().expect("an FN line"), name.to_owned()));
+        }
+    }
+    out
+}
+
 /// Traffic that runs each package of the fixture and goroutines.
 fn some_traffic(shop: &Shop) {
     assert!(shop.get("/items/Milk").contains("\"price\":85"));
@@ -233,6 +247,36 @@ fn the_live_report_is_go_tool_covdata_of_the_same_moment_under_the_rule() {
         compared += 1;
     }
     assert!(compared > 100, "{compared} functions compared");
+
+    // `go tool cover -func` over the text profile, which reads the sources:
+    // it names a function by its declaration's line and its bare name
+    // (`Write`, not `*chunkWriter.Write`); the report's FN line is its first
+    // block's, at or after the declaration. Covered in its table when hit in
+    // the report, function by function.
+    let profile = snapshot.with_extension("txt");
+    let cover = run_checked(
+        go::go(&["tool", "cover", &format!("-func={}", profile.display())]).current_dir(go::service_dir()),
+        "go tool cover -func",
+    );
+    let cover = String::from_utf8(cover.stdout).expect("UTF-8");
+    let fn_lines = fn_lines(&live);
+    let mut agreed = 0;
+    for row in cover.lines().filter(|l| !l.starts_with("total:")) {
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let [place, name, percent] = fields[..] else { panic!("a cover -func row: {row:?}") };
+        let (file, line) = place.trim_end_matches(':').rsplit_once(':').expect("file:line:");
+        let line: u32 = line.parse().expect("a line number");
+        let bare = |ours: &str| ours.split(" (line").next().unwrap_or(ours).rsplit('.').next().unwrap_or(ours).to_owned();
+        let ours = fn_lines[file]
+            .iter()
+            .filter(|(fn_line, ours)| *fn_line >= line && bare(ours) == name)
+            .min_by_key(|(fn_line, _)| *fn_line)
+            .unwrap_or_else(|| panic!("{file}:{line} {name} of cover -func is not in the report"));
+        let hits = files[file].functions[&ours.1];
+        assert!((hits > 0) == (percent != "0.0%"), "{file}:{line} {name}: {percent} in cover -func, FNDA {hits} ({})", ours.1);
+        agreed += 1;
+    }
+    assert!(agreed > 100, "{agreed} functions compared with cover -func");
 
     // livecov convert over the same snapshot, with no Go tool: the same report.
     let converted = shop.dir.join("converted.lcov");
