@@ -182,7 +182,9 @@ const COVERAGE_04_DTD: &str = r#"<!ELEMENT coverage (sources?,packages)>
 /// their branches where they have some, else by their hits).
 fn entries(lcov: &str) -> std::collections::BTreeMap<String, ([u64; 4], [u64; 3])> {
     use std::collections::BTreeMap;
-    let mut files: BTreeMap<String, (BTreeMap<u32, u64>, BTreeMap<u32, (u64, u64)>)> = BTreeMap::new();
+    /// Per line: its DA count; its BRDA entries and those taken.
+    type File = (BTreeMap<u32, u64>, BTreeMap<u32, (u64, u64)>);
+    let mut files: BTreeMap<String, File> = BTreeMap::new();
     let mut current = String::new();
     for line in lcov.lines() {
         if let Some(f) = line.strip_prefix("SF:") {
@@ -254,7 +256,7 @@ fn cobertura_is_valid_and_pycobertura_reads_the_lcovs_lines() {
         assert_eq!(attribute(&xml, "coverage", "branches-covered"), sum(3).to_string(), "{name}");
         assert_eq!(attribute(&xml, "coverage", "timestamp"), "1700000000000", "{name}: SOURCE_DATE_EPOCH");
         assert_eq!(read["statements"], sum(0), "{name}");
-        let rate = |found: u64, hit: u64| if found == 0 { 1.0 } else { (hit * 10_000 / found) as f64 / 10_000.0 };
+        let rate = |found: u64, hit: u64| (hit * 10_000).checked_div(found).map_or(1.0, |q| q as f64 / 10_000.0);
         assert_eq!(read["line_rate"].as_f64(), Some(rate(sum(0), sum(1))), "{name}");
         assert_eq!(read["branch_rate"].as_f64(), Some(rate(sum(2), sum(3))), "{name}");
         // Every file, under the common folder (the <source>).
