@@ -451,12 +451,56 @@ pub fn build_segments(regions: Vec<CountedRegion<'_>>) -> Vec<Segment> {
     segments
 }
 
-/// The segments of a stretch of a file from its functions' parts (see
-/// [`Coverage::part_in_file_into`]), as [`Coverage::for_file_into`] builds
-/// those of a whole file; `followed`: other regions of the file come after.
-pub fn segments_of(spans: &[Span], followed: bool, segments: &mut Vec<Segment>) {
-    let mut scratch = Scratch { spans: spans.to_vec(), ..Scratch::default() };
-    scratch.build_segments(segments, followed);
+/// The regions of one stretch of a file, of all its functions, combined as
+/// the segment builder combines them (same extent: the counts of the first
+/// kind, in code, expansion, skipped order, added up), kept up to date as
+/// functions' parts (see [`Coverage::part_in_file_into`]) come and go: a
+/// header's macro expanded by a thousand functions is a handful of extents
+/// here, whichever of them ran.
+#[derive(Debug, Default)]
+pub struct CombinedRegions {
+    /// By (start, end descending, kind), the builder's order: the sum of
+    /// the counts (wrapping, as the builder adds them) and how many.
+    extents: std::collections::BTreeMap<(u64, std::cmp::Reverse<u64>, RegionKind), (u64, u32)>,
+}
+
+impl CombinedRegions {
+    pub fn add(&mut self, spans: &[Span]) {
+        for s in spans {
+            let e = self.extents.entry((s.start, std::cmp::Reverse(s.end), s.kind)).or_insert((0, 0));
+            e.0 = e.0.wrapping_add(s.count);
+            e.1 += 1;
+        }
+    }
+
+    /// Takes back what [`Self::add`] added for these `spans`.
+    pub fn remove(&mut self, spans: &[Span]) {
+        for s in spans {
+            let key = (s.start, std::cmp::Reverse(s.end), s.kind);
+            if let Some(e) = self.extents.get_mut(&key) {
+                e.0 = e.0.wrapping_sub(s.count);
+                e.1 -= 1;
+                if e.1 == 0 {
+                    self.extents.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The segments, as [`Coverage::for_file_into`] builds those of a
+    /// whole file; `followed`: other regions of the file come after these.
+    pub fn segments(&self, followed: bool, segments: &mut Vec<Segment>) {
+        let mut spans: Vec<Span> = Vec::with_capacity(self.extents.len());
+        for (&(start, std::cmp::Reverse(end), kind), &(count, _)) in &self.extents {
+            // The first kind of an extent stands for it.
+            if spans.last().is_some_and(|l: &Span| l.start == start && l.end == end) {
+                continue;
+            }
+            spans.push(Span { start, end, count, kind });
+        }
+        let mut scratch = Scratch { spans, ..Scratch::default() };
+        scratch.build_combined(segments, followed);
+    }
 }
 
 /// What the segment builder needs of a region, positions packed as
@@ -500,6 +544,11 @@ impl Scratch {
             a.start.cmp(&b.start).then_with(|| b.end.cmp(&a.end)).then_with(|| a.kind.cmp(&b.kind))
         });
         combine_regions(&mut self.spans);
+        self.build_combined(segments, followed);
+    }
+
+    /// [`Self::build_segments`] of spans sorted and combined already.
+    fn build_combined(&mut self, segments: &mut Vec<Segment>, followed: bool) {
         segments.clear();
         self.active.clear();
         self.completed.clear();

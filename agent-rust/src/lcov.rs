@@ -323,33 +323,77 @@ pub(crate) fn placed_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'
 fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
     let mut branches = Vec::new();
     placed_branches(coverage, data, &mut branches);
-    write_placed_branches(out, branches);
+    write_placed_branches(out, branches.iter().collect());
+}
+
+/// The branches of one stretch of a file, of all its functions, summed by
+/// place as a record shows them, kept up to date as functions' branches
+/// come and go.
+#[derive(Debug, Default)]
+pub(crate) struct CombinedBranches {
+    /// By place: the sums of the counts (wrapping) and how many.
+    places: BTreeMap<Vec<(u32, u32)>, (u64, u64, u32)>,
+}
+
+impl CombinedBranches {
+    pub(crate) fn add(&mut self, branches: &[PlacedBranch]) {
+        for b in branches {
+            let e = self.places.entry(b.path.clone()).or_insert((0, 0, 0));
+            e.0 = e.0.wrapping_add(b.count);
+            e.1 = e.1.wrapping_add(b.false_count);
+            e.2 += 1;
+        }
+    }
+
+    pub(crate) fn remove(&mut self, branches: &[PlacedBranch]) {
+        for b in branches {
+            if let Some(e) = self.places.get_mut(&b.path) {
+                e.0 = e.0.wrapping_sub(b.count);
+                e.1 = e.1.wrapping_sub(b.false_count);
+                e.2 -= 1;
+                if e.2 == 0 {
+                    self.places.remove(&b.path);
+                }
+            }
+        }
+    }
+
+    /// The `BRDA` lines.
+    pub(crate) fn write(&self, out: &mut String) {
+        let summed: Vec<(&[(u32, u32)], u64, u64)> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
+        write_summed_branches(out, &summed);
+    }
 }
 
 /// The `BRDA` lines of `branches`.
-pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<PlacedBranch>) {
+pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedBranch>) {
     branches.sort_by(|a, b| a.path.cmp(&b.path));
     // Instantiations of one generic function have branches at one place:
     // they are reported once, summed.
-    let mut summed: Vec<PlacedBranch> = Vec::with_capacity(branches.len());
+    let mut summed: Vec<(&[(u32, u32)], u64, u64)> = Vec::with_capacity(branches.len());
     for b in branches {
         match summed.last_mut() {
-            Some(last) if last.path == b.path => {
-                last.count = last.count.wrapping_add(b.count);
-                last.false_count = last.false_count.wrapping_add(b.false_count);
+            Some(last) if last.0 == b.path.as_slice() => {
+                last.1 = last.1.wrapping_add(b.count);
+                last.2 = last.2.wrapping_add(b.false_count);
             }
-            _ => summed.push(b),
+            _ => summed.push((&b.path, b.count, b.false_count)),
         }
     }
+    write_summed_branches(out, &summed);
+}
+
+/// The `BRDA` lines of branches summed by place, in place order.
+fn write_summed_branches(out: &mut String, summed: &[(&[(u32, u32)], u64, u64)]) {
     let mut i = 0;
     while i < summed.len() {
-        let line = summed[i].path[0].0;
+        let line = summed[i].0.first().map_or(0, |p| p.0);
         let mut pair = 0;
         let mut index = 0;
-        while i < summed.len() && summed[i].path[0].0 == line {
-            let b = &summed[i];
+        while i < summed.len() && summed[i].0.first().map_or(0, |p| p.0) == line {
+            let (_, count, false_count) = summed[i];
             // llvm-cov prints these counts as 32-bit unsigned values.
-            let counts = [b.count as u32, b.false_count as u32];
+            let counts = [count as u32, false_count as u32];
             let never = counts == [0, 0];
             for count in counts {
                 out.push_str("BRDA:");

@@ -376,27 +376,26 @@ impl Engine {
         // Every function of the files built whole, and the changed ones.
         let mut whole: Vec<usize> = rebuild.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
         whole.extend(&changed_functions);
-        let mut touched: Vec<FileName> = Vec::new();
+        // The files with a record that changed functions touch, and which.
+        let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
         for &i in &changed_functions {
             for &file in &self.mapping.functions[i].filenames {
                 if last.files[file as usize].is_some() && rebuild.binary_search(&file).is_err() {
-                    touched.push(file);
+                    let of_file = touched.entry(file).or_default();
+                    if of_file.last() != Some(&i) {
+                        of_file.push(i);
+                    }
                 }
             }
         }
-        touched.sort_unstable();
-        touched.dedup();
-        let of_file = |file: FileName| -> Vec<usize> {
-            changed_functions.iter().copied().filter(|&i| self.mapping.functions[i].filenames.contains(&file)).collect()
-        };
         whole.sort_unstable();
         whole.dedup();
         let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), whole.into_iter());
         let index_of: FxHashMap<usize, usize> =
             coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
-        for &file in &touched {
-            if let Some(live) = &mut last.files[file as usize] {
-                live.update(&coverage, &index_of, &of_file(file));
+        for (file, changed) in &touched {
+            if let Some(live) = &mut last.files[*file as usize] {
+                live.update(&coverage, &index_of, changed);
             }
         }
         if !rebuild.is_empty() {

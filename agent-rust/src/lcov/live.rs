@@ -15,18 +15,19 @@
 //! - each defined function's `FNDA` count.
 //!
 //! Each stretch keeps every function's part of it (regions with counts,
-//! branches), and each group every function's summary. When functions
+//! branches) and their combination (regions by extent, branches by place,
+//! counts summed), each group every function's summary. When functions
 //! run, a dump loads those functions only, computes their parts and
-//! summaries again, and writes the stretches and groups they are in from
-//! the kept ones; the lines of the other stretches are copied from the last
-//! record. A service's timers run a few functions of its largest files: the
+//! summaries again, updates the combinations by the difference, and writes
+//! the stretches and groups they are in from those; the lines of the other
+//! stretches are copied from the last record. A service's timers run a few functions of its largest files: the
 //! record of such a file is mostly what it was.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name, write_placed_branches};
-use super::{PlacedBranch, Summary};
-use crate::coverage::{segments_of, Coverage, CoverageData, Span};
+use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name};
+use super::{CombinedBranches, PlacedBranch, Summary};
+use crate::coverage::{CombinedRegions, Coverage, CoverageData, Span};
 use crate::mapping::FileName;
 
 /// One file's record, in parts. Functions are named by their index in the
@@ -54,6 +55,9 @@ pub struct LiveFile {
     stretches_of: FxHashMap<usize, Vec<usize>>,
 }
 
+/// Past this many functions a stretch keeps its parts combined.
+const KEPT_COMBINED: usize = 16;
+
 #[derive(Debug, Default)]
 struct Stretch {
     /// Its first and last line.
@@ -61,6 +65,10 @@ struct Stretch {
     /// The functions with regions in it, in load order, and their parts.
     functions: Vec<usize>,
     parts: Vec<Part>,
+    /// The parts of all its functions combined, kept for a stretch of many
+    /// functions (a header's macros): others combine theirs at each dump,
+    /// which costs less memory and as little time.
+    combined: Option<Box<(CombinedRegions, CombinedBranches)>>,
     /// Where its `DA` and `BRDA` lines are in the record's text.
     da: std::ops::Range<usize>,
     brda: std::ops::Range<usize>,
@@ -147,15 +155,14 @@ impl LiveFile {
         for (k, (lo, hi, mut functions)) in stretches.into_iter().enumerate() {
             functions.sort_unstable();
             functions.dedup();
-            let index_of: FxHashMap<usize, usize> =
-                functions.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
+            let all: Vec<(usize, usize)> = functions.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
             let mut stretch = Stretch {
                 lines: (lo, hi),
                 functions: functions.iter().map(|&at| coverage.functions[at].mapping_index).collect(),
                 parts: functions.iter().map(|_| Part::default()).collect(),
                 ..Stretch::default()
             };
-            stretch.compute(coverage, file, &index_of, k + 1 < n, &mut data);
+            stretch.compute(coverage, file, &all, k + 1 < n, &mut data);
             for &i in &stretch.functions {
                 live.stretches_of.entry(i).or_default().push(k);
             }
@@ -167,7 +174,8 @@ impl LiveFile {
                 summary: Summary::default(),
                 executions: 0,
             };
-            let all: FxHashMap<usize, usize> = members.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
+            let mut all: Vec<(usize, usize)> = members.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
+            all.sort_unstable();
             group.compute(coverage, &all, &mut data);
             for (i, ..) in &group.functions {
                 live.group_of.insert(*i, g);
@@ -182,18 +190,21 @@ impl LiveFile {
     /// them; `index_of` maps a function to its place in `coverage`.
     pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
         let (stretches, groups) = self.reached(changed);
-        for i in changed {
-            if let (Some(&slot), Some(&at)) = (self.defined_at.get(i), index_of.get(i)) {
+        // (mapping index, place in `coverage`), by mapping index.
+        let mut loaded: Vec<(usize, usize)> = changed.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
+        loaded.sort_unstable();
+        for &(i, at) in &loaded {
+            if let Some(&slot) = self.defined_at.get(&i) {
                 self.executions[slot] = coverage.functions[at].execution_count;
             }
         }
         let mut data = CoverageData::default();
         let n = self.stretches.len();
         for k in stretches {
-            self.stretches[k].compute(coverage, self.file, index_of, k + 1 < n, &mut data);
+            self.stretches[k].compute(coverage, self.file, &loaded, k + 1 < n, &mut data);
         }
         for g in groups {
-            self.groups[g].compute(coverage, index_of, &mut data);
+            self.groups[g].compute(coverage, &loaded, &mut data);
         }
         self.render();
     }
@@ -265,27 +276,52 @@ impl LiveFile {
 }
 
 impl Stretch {
-    /// Its lines and branches, with the parts of the functions `coverage`
-    /// has (`index_of` says where) computed again and the others as they
-    /// were; `followed`: stretches come after it.
+    /// Its lines and branches, with the parts of the `loaded` functions
+    /// ((mapping index, place in `coverage`), by mapping index) computed
+    /// again and the others as they were; `followed`: stretches come after
+    /// it.
     fn compute<'m>(
         &mut self,
         coverage: &Coverage<'m>,
         file: FileName,
-        index_of: &FxHashMap<usize, usize>,
+        loaded: &[(usize, usize)],
         followed: bool,
         data: &mut CoverageData<'m>,
     ) {
-        for (i, part) in self.functions.iter().zip(&mut self.parts) {
-            if let Some(&at) = index_of.get(i) {
-                part.spans.clear();
-                coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
-                part.branches.clear();
-                placed_branches(coverage, data, &mut part.branches);
+        if self.combined.is_none() && self.functions.len() > KEPT_COMBINED {
+            let mut combined: Box<(CombinedRegions, CombinedBranches)> = Box::default();
+            for part in &self.parts {
+                combined.0.add(&part.spans);
+                combined.1.add(&part.branches);
             }
+            self.combined = Some(combined);
         }
-        let spans: Vec<Span> = self.parts.iter().flat_map(|p| p.spans.iter().copied()).collect();
-        segments_of(&spans, followed, &mut data.segments);
+        for &(i, at) in loaded {
+            // `functions` is in load order, which is mapping order.
+            let Ok(k) = self.functions.binary_search(&i) else { continue };
+            let mut part = std::mem::take(&mut self.parts[k]);
+            self.add_to(&part, false);
+            part.spans.clear();
+            coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
+            part.branches.clear();
+            placed_branches(coverage, data, &mut part.branches);
+            self.add_to(&part, true);
+            self.parts[k] = part;
+        }
+        let built;
+        let (regions, branches) = match &self.combined {
+            Some(combined) => (&combined.0, &combined.1),
+            None => {
+                let mut both = (CombinedRegions::default(), CombinedBranches::default());
+                for part in &self.parts {
+                    both.0.add(&part.spans);
+                    both.1.add(&part.branches);
+                }
+                built = both;
+                (&built.0, &built.1)
+            }
+        };
+        regions.segments(followed, &mut data.segments);
         let mut da = String::new();
         line_stats(&data.segments, |s, run| {
             if s.mapped {
@@ -301,20 +337,33 @@ impl Stretch {
             }
         });
         let mut brda = String::new();
-        write_placed_branches(&mut brda, self.parts.iter().flat_map(|p| p.branches.iter().cloned()).collect());
+        branches.write(&mut brda);
         self.fresh = Some((da, brda));
+    }
+
+    /// Adds a function's part to the kept combination, or takes it back.
+    fn add_to(&mut self, part: &Part, add: bool) {
+        let Some(combined) = &mut self.combined else { return };
+        if add {
+            combined.0.add(&part.spans);
+            combined.1.add(&part.branches);
+        } else {
+            combined.0.remove(&part.spans);
+            combined.1.remove(&part.branches);
+        }
     }
 }
 
 impl Group {
     /// Its summary, as [`super::file_summary`] computes a group's, with the
-    /// functions `coverage` has (`index_of` says where) computed again and
+    /// `loaded` functions (as for [`Stretch::compute`]) computed again and
     /// the others as they were.
-    fn compute<'m>(&mut self, coverage: &Coverage<'m>, index_of: &FxHashMap<usize, usize>, data: &mut CoverageData<'m>) {
+    fn compute<'m>(&mut self, coverage: &Coverage<'m>, loaded: &[(usize, usize)], data: &mut CoverageData<'m>) {
         let mut group: Option<Summary> = None;
         self.executions = 0;
         for (i, summary, executions) in &mut self.functions {
-            if let Some(&at) = index_of.get(i) {
+            if let Ok(k) = loaded.binary_search_by_key(i, |l| l.0) {
+                let at = loaded[k].1;
                 *summary = function_summary(coverage, at, data);
                 *executions = coverage.functions[at].execution_count;
             }

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Benchmarks live dumps of a busy real C server, side by side in one run:
+# redis from Debian's source package (clang-19 coverage,
+# tests/scripts/deps-redis.sh), liblivecov.so preloaded, its own timers at
+# their default (serverCron ten times a second), redis-benchmark of the same
+# build sending traffic the whole time.
+#
+# 1. Dumps: BENCH_BUSY_DUMPS (default 60) `GET /coverage` over the agent's
+#    Unix socket, each BENCH_BUSY_GAP_MS (default 300) ms after the last
+#    while traffic runs, so that every dump has the server's background
+#    work and requests to catch up on (curl's time_total: the whole answer,
+#    1.8 MB of LCOV, included); then as many with the timers only (no
+#    traffic). p50 and p95 of each.
+# 2. The peer on the same snapshot: the server held still (`DEBUG SLEEP`),
+#    its `?format=profraw` before and after (they must be the same bytes),
+#    and between them one dump; then `llvm-profdata merge -sparse` and
+#    `llvm-cov export -format=lcov` of LLVM 22 with the binary, median of
+#    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
+#    the dump is llvm-cov's report byte for byte.
+# 3. Memory: VmRSS of the server without the agent and with it (no dump,
+#    and after 1, 10 and 100 dumps under traffic), against the size of the
+#    binary's __llvm_covfun section.
+# 4. Throughput: redis-benchmark's requests per second (SET and GET,
+#    BENCH_BUSY_LOAD_REQUESTS each, default 200000) without the agent, with
+#    it and no dumps, and with a dump every 100 ms; median of
+#    BENCH_BUSY_ROUNDS (default 3) rounds of the three, interleaved.
+# BENCH_BUSY_REV=COMMIT measures that commit's liblivecov instead of the
+# checkout's (as bench-fleet.sh). Prints progress on stderr, the table on
+# stdout. Every loop is bounded; loopback only; not part of CI.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+runs=${BENCH_RUNS:-5}
+dumps=${BENCH_BUSY_DUMPS:-60}
+gap_ms=${BENCH_BUSY_GAP_MS:-300}
+load_requests=${BENCH_BUSY_LOAD_REQUESTS:-200000}
+rounds=${BENCH_BUSY_ROUNDS:-3}
+source "$root/tests/scripts/bench-common.sh"
+log() { echo "bench-busy: $*" >&2; }
+die() { log "$*"; exit 1; }
+for t in curl ss; do command -v "$t" >/dev/null || die "$t missing"; done
+
+# --- builds --------------------------------------------------------------------
+if [ -n "${BENCH_BUSY_REV:-}" ]; then
+    sha=$(git -C "$root" rev-parse --verify "$BENCH_BUSY_REV^{commit}") || die "no commit $BENCH_BUSY_REV"
+    src="$root/target/bench-busy-rev/src"
+    build_dir="$root/target/bench-busy-rev/target"
+    rm -rf "$src"
+    mkdir -p "$src"
+    git -C "$root" archive "$sha" | tar -x -C "$src"
+    label="liblivecov ${sha:0:7}"
+else
+    src="$root"
+    build_dir="$root/target"
+    label="liblivecov $(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')"
+    [ -z "$(git -C "$root" status --porcelain --untracked-files=no -- agent-rust agent-native 2>/dev/null)" ] ||
+        label="$label + uncommitted changes"
+fi
+log "building $label (release-native)"
+(cd "$src" && "${clean_env[@]}" CARGO_TARGET_DIR="$build_dir" cargo build --quiet -p livecov-native --profile release-native) ||
+    die "the build of liblivecov failed"
+preload="$build_dir/release-native/liblivecov.so"
+
+log "redis from Debian's source package, clang-19 coverage (tests/scripts/deps-redis.sh; built once)"
+"$root/tests/scripts/deps-redis.sh" >&2 || die "tests/scripts/deps-redis.sh failed"
+redis_build=$(readlink "$root/target/redis/current")
+work="$root/target/bench-busy"
+rm -rf "$work"
+mkdir -p "$work/bin"
+# Copies: the agent reads the coverage mapping from the running file.
+for b in redis-server redis-benchmark redis-cli; do cp "$root/target/redis/current/src/src/$b" "$work/bin/$b"; done
+server="$work/bin/redis-server"
+# Socket paths are limited to 107 bytes: a short folder of their own.
+cov=$(mktemp -d "${TMPDIR:-/tmp}/livecov-busy.XXXXXX")
+clients_profile="$work/clients-%1m.profraw"
+
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$cov"
+}
+trap cleanup EXIT
+
+port=$((20000 + RANDOM % 30000))
+while ss -Htan | awk '{ print $4 }' | grep -q ":$port\$"; do port=$((20000 + RANDOM % 30000)); done
+# start_server WITH_AGENT: one redis-server, its pid in $server_pid.
+start_server() {
+    local env=(env LLVM_PROFILE_FILE="$work/server-%p.profraw")
+    [ "$1" = yes ] && env+=(LD_PRELOAD="$preload" LIVECOV_DIR="$cov/dir")
+    rm -rf "$cov/dir"
+    "${env[@]}" "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+        --enable-debug-command local --logfile "" >"$work/server.log" 2>&1 </dev/null &
+    server_pid=$!
+    pids+=("$server_pid")
+    wait_for 100 "$work/bin/redis-cli" -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start (server.log)"
+    if [ "$1" = yes ]; then
+        wait_for 100 bash -c "ls '$cov/dir/sockets/'*.sock >/dev/null 2>&1" || die "no agent socket"
+        socket=$(ls "$cov/dir/sockets/"*.sock)
+    fi
+}
+stop_server() {
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+}
+rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
+# The CPU time (ns) of the agent's threads (named livecov-*) so far: on two
+# shared cores a dump under traffic waits for a CPU as long as it runs.
+agent_cpu_ns() {
+    local t total=0
+    for t in /proc/"$server_pid"/task/*; do
+        case "$(cat "$t/comm" 2>/dev/null)" in livecov*) total=$((total + $(cut -d' ' -f1 "$t/schedstat"))) ;; esac
+    done
+    echo "$total"
+}
+dump() { # dump OUT: one GET /coverage, its time in ms on stdout
+    curl -s --max-time 30 --unix-socket "$socket" -o "$1" -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
+}
+# traffic SECONDS: redis-benchmark in a loop (-l), bounded by time.
+traffic() {
+    timeout "$1" env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -l -c 4 \
+        -t set,get,incr,lpush,lpop,hset,lrange_100 -r 10000 >/dev/null 2>&1 &
+    traffic_pid=$!
+    pids+=("$traffic_pid")
+}
+sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
+
+# --- 1 and 3: dumps under traffic, and memory -----------------------------------
+start_server no
+traffic 5
+sleep 4
+rss_none=$(rss_kib)
+kill "$traffic_pid" 2>/dev/null || true
+stop_server
+start_server yes
+traffic 600
+sleep 1
+rss_agent=$(rss_kib)
+t_cold=$(dump "$work/cold.lcov")
+rss_1=$(rss_kib)
+log "$dumps dumps under traffic, ${gap_ms} ms apart"
+cpu_before=$(agent_cpu_ns)
+: >"$work/t_busy"
+n=1
+for _ in $(seq "$dumps"); do
+    sleep_ms "$gap_ms"
+    dump "$work/busy.lcov" >>"$work/t_busy"
+    n=$((n + 1))
+    [ "$n" -eq 10 ] && rss_10=$(rss_kib)
+done
+cpu_busy=$((($(agent_cpu_ns) - cpu_before) / dumps))
+while [ "$n" -lt 100 ]; do
+    sleep_ms 50
+    dump "$work/busy.lcov" >/dev/null
+    n=$((n + 1))
+done
+rss_100=$(rss_kib)
+kill "$traffic_pid" 2>/dev/null || true
+sleep 0.5
+log "$dumps dumps with the timers only"
+cpu_before=$(agent_cpu_ns)
+: >"$work/t_timers"
+for _ in $(seq "$dumps"); do
+    sleep_ms "$gap_ms"
+    dump "$work/timers.lcov" >>"$work/t_timers"
+done
+cpu_timers=$((($(agent_cpu_ns) - cpu_before) / dumps))
+
+# --- 2: the same snapshot for the peer -------------------------------------------
+log "the peer: llvm-profdata merge + llvm-cov export over a snapshot of the held server"
+traffic 10
+sleep 2
+timeout 20 "$work/bin/redis-cli" -p "$port" DEBUG SLEEP 8 >/dev/null 2>&1 &
+pids+=($!)
+sleep 1
+curl -s --max-time 30 --unix-socket "$socket" -o "$work/before.profraw" 'localhost/coverage?format=profraw'
+t_held=$(dump "$work/held.lcov")
+curl -s --max-time 30 --unix-socket "$socket" -o "$work/after.profraw" 'localhost/coverage?format=profraw'
+same_moment=no
+cmp -s "$work/before.profraw" "$work/after.profraw" && same_moment=yes
+: >"$work/t_llvm"
+run_llvm() {
+    "$profdata" merge -sparse "$work/after.profraw" -o "$work/x.profdata" &&
+        "$llvm_cov" export -format=lcov "$server" -instr-profile "$work/x.profdata" >"$work/llvm.lcov"
+}
+run_llvm
+for _ in $(seq "$runs"); do
+    s=$(now_ns); run_llvm; e=$(now_ns)
+    echo "$(((e - s) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }' >>"$work/t_llvm"
+done
+identical=no
+cmp -s "$work/llvm.lcov" "$work/held.lcov" && identical=yes
+kill "$traffic_pid" 2>/dev/null || true
+stop_server
+
+# --- 4: throughput -----------------------------------------------------------------
+throughput() { # requests/s of SET and GET together
+    env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -c 8 -n "$load_requests" -t set,get -r 10000 2>/dev/null |
+        tr '\r' '\n' | awk '/requests per second/ { sub(/:/, "", $2); n++; s += $2 } END { if (n) printf "%.0f\n", s / n; else print "nan" }'
+}
+: >"$work/rps_none"; : >"$work/rps_agent"; : >"$work/rps_dumps"
+for r in $(seq "$rounds"); do
+    log "throughput round $r of $rounds"
+    start_server no
+    throughput >>"$work/rps_none"
+    stop_server
+    start_server yes
+    dump /dev/null >/dev/null
+    throughput >>"$work/rps_agent"
+    ( for _ in $(seq 3000); do sleep 0.1; dump /dev/null >/dev/null || true; done ) &
+    dumper=$!
+    pids+=("$dumper")
+    throughput >>"$work/rps_dumps"
+    kill "$dumper" 2>/dev/null || true
+    wait "$dumper" 2>/dev/null || true
+    stop_server
+done
+
+# --- the table ------------------------------------------------------------------------
+covfun_hex=$(objdump -h "$server" | awk '$2 == "__llvm_covfun" { print $3 }')
+covfun=$((16#${covfun_hex:-0}))
+p50_busy=$(median <"$work/t_busy")
+t_llvm=$(median <"$work/t_llvm")
+ver=${redis_build%-*}
+echo
+echo "busy: redis $ver (Debian's source package; clang-19 coverage), LD_PRELOAD $label, its timers at hz 10,"
+echo "redis-benchmark (7 commands, 4 clients) running; dumps ${gap_ms} ms apart, curl time_total over the Unix socket;"
+echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the same snapshot, median of $runs; load after: $(load) on $(nproc) CPUs"
+printf "%-62s %10s %10s\n" "what" "p50" "p95"
+printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(p95 <"$work/t_busy")"
+printf "%-62s %10.2f %10.2f\n" "dump with the timers only, ms ($dumps)" "$(median <"$work/t_timers")" "$(p95 <"$work/t_timers")"
+awk -v n="$cpu_busy" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic (mean, schedstat), ms", n / 1e6, "-" }'
+awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'
+printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
+printf "%-62s %10.2f %10s\n" "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm" "-"
+awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic (p50; goal: at least 100x)", l / d, "-" }'
+awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
+echo "same moment: $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+echo
+printf "%-62s %10s\n" "resident memory (VmRSS)" "MiB"
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+printf "%-62s %10s\n" "without the agent, under traffic" "$(mib "$rss_none")"
+printf "%-62s %10s\n" "with the agent, before the first dump" "$(mib "$rss_agent")"
+printf "%-62s %10s\n" "after 1 dump" "$(mib "$rss_1")"
+printf "%-62s %10s\n" "after 10 dumps" "$(mib "$rss_10")"
+printf "%-62s %10s\n" "after 100 dumps" "$(mib "$rss_100")"
+awk -v a="$rss_100" -v n="$rss_none" -v c="$covfun" \
+    'BEGIN { printf "%-62s %10.1f\n", sprintf("added after 100 dumps, MiB (goal: at most 4 x __llvm_covfun, %.1f MiB)", 4 * c / 1048576), (a - n) / 1024 }'
+echo
+printf "%-62s %10s\n" "throughput, SET + GET, median of $rounds" "req/s"
+printf "%-62s %10s\n" "without the agent" "$(median <"$work/rps_none")"
+printf "%-62s %10s\n" "with the agent, no dumps" "$(median <"$work/rps_agent")"
+printf "%-62s %10s\n" "with the agent, a dump every 100 ms" "$(median <"$work/rps_dumps")"
