@@ -360,7 +360,7 @@ impl CombinedBranches {
 
     /// The `BRDA` lines.
     pub(crate) fn write(&self, out: &mut String) {
-        let summed: Vec<(&[(u32, u32)], u64, u64)> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
+        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
         write_summed_branches(out, &summed);
     }
 }
@@ -370,7 +370,7 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
     branches.sort_by(|a, b| a.path.cmp(&b.path));
     // Instantiations of one generic function have branches at one place:
     // they are reported once, summed.
-    let mut summed: Vec<(&[(u32, u32)], u64, u64)> = Vec::with_capacity(branches.len());
+    let mut summed: Vec<SummedBranch<'_>> = Vec::with_capacity(branches.len());
     for b in branches {
         match summed.last_mut() {
             Some(last) if last.0 == b.path.as_slice() => {
@@ -383,8 +383,11 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
     write_summed_branches(out, &summed);
 }
 
+/// A place and its branches' counts summed.
+type SummedBranch<'a> = (&'a [(u32, u32)], u64, u64);
+
 /// The `BRDA` lines of branches summed by place, in place order.
-fn write_summed_branches(out: &mut String, summed: &[(&[(u32, u32)], u64, u64)]) {
+fn write_summed_branches(out: &mut String, summed: &[SummedBranch<'_>]) {
     let mut i = 0;
     while i < summed.len() {
         let line = summed[i].0.first().map_or(0, |p| p.0);
