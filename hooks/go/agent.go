@@ -322,5 +322,21 @@ func (a *agent) watchSignals() {
 			}
 		}
 		a.writeMetadata("running")
+		a.reportWhileStopping()
 	}()
+}
+
+// reportWhileStopping writes the report every 100 ms for a minute (at most
+// a tenth of the time: a slower report waits longer), for a program that
+// took SIGTERM or SIGINT itself and is presumably shutting down: Go lets
+// no library run at its exit, so the last of these is its final report.
+func (a *agent) reportWhileStopping() {
+	if a.cfg.dir == "" {
+		return
+	}
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
+		start := time.Now()
+		a.writeReport()
+		time.Sleep(max(100*time.Millisecond, 10*time.Since(start)))
+	}
 }

@@ -115,7 +115,12 @@ impl Shop {
     }
 
     fn report(&self, ext: &str) -> PathBuf {
-        self.cov.join("reports").join(format!("{}.{ext}", self.instance()))
+        self.report_of(&self.instance(), ext)
+    }
+
+    /// A report of `instance`, also once its socket is gone.
+    fn report_of(&self, instance: &str, ext: &str) -> PathBuf {
+        self.cov.join("reports").join(format!("{instance}.{ext}"))
     }
 
     fn wait(&mut self) -> ExitStatus {
@@ -398,15 +403,20 @@ fn a_program_that_takes_sigterm_itself_behaves_as_without_the_hook() {
     for hook in [false, true] {
         let dir = scratch(GROUP, &format!("handler-{hook}"));
         let cov = if hook { dir.join("cov") } else { PathBuf::new() };
-        let mut shop = Shop::start_in(&dir, &cov, Build::Atomic, &["-handle-signals"], &[]);
+        let mut shop = Shop::start_in(&dir, &cov, Build::Atomic, &["-handle-signals", "-stop-after", "500ms"], &[]);
         shop.get("/fib?n=2");
-        if hook {
-            assert!(shop.socket().exists());
-        }
+        let instance = hook.then(|| shop.instance());
         shop.signal(libc::SIGTERM);
         let status = shop.wait();
         let mut rest = String::new();
         shop.stdout.read_to_string(&mut rest).expect("the rest of its output");
+        if hook {
+            // The reports written while it stopped have its handler's lines.
+            let report = std::fs::read_to_string(shop.report_of(&instance.expect("the instance"), "lcov")).expect("the last report");
+            let main = std::fs::read_to_string(go::service_dir().join("main.go")).expect("main.go");
+            let printf = 1 + main.lines().position(|l| l.contains(r#"fmt.Printf("stopping on"#)).expect("the handler's line") as u32;
+            assert_eq!(file_ending(&parse_lcov(&report), "shop/main.go").lines[&printf], 1, "the handler ran before the last report");
+        }
         outcomes.push((status.code(), status.signal(), rest));
     }
     assert_eq!(outcomes[0], (Some(3), None, "stopping on terminated\n".to_owned()), "without the hook");
