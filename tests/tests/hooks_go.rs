@@ -433,7 +433,7 @@ fn a_normal_exit_leaves_gos_own_counters_and_a_race_build_no_race_report() {
         // hook's only until the runtime has read it.
         let environ = std::fs::read(format!("/proc/{}/environ", shop.child.id())).expect("the environment");
         assert!(!environ.split(|&b| b == 0).any(|v| v.starts_with(b"GOCOVERDIR=")), "{build:?}");
-        assert_eq!(shop.lcov("").is_empty(), false);
+        assert!(!shop.lcov("").is_empty());
         assert_eq!(shop.get("/quit").trim(), "bye");
         let status = shop.wait();
         assert_eq!(status.code(), Some(0), "{build:?}: main returned ({status:?}); stderr: {}", shop.stderr());
