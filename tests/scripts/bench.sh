@@ -17,7 +17,8 @@
 # dumps against the same LLVM tools, its memory, and a service's throughput
 # under dumps), bench-sidecar.sh, bench-native.sh (liblivecov's size and
 # start time), bench-node.sh and bench-python.sh (the hooks' cost to an
-# app's throughput). Run from anywhere as `make bench`; not part of CI.
+# app's throughput), bench-fleet.sh (48 redis replicas collected) and
+# bench-busy.sh (live dumps of a busy redis). Run from anywhere as `make bench`; not part of CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -150,3 +151,4 @@ echo
 "$root/tests/scripts/bench-python.sh"
 "$root/tests/scripts/bench-go.sh"
 "$root/tests/scripts/bench-fleet.sh"
+"$root/tests/scripts/bench-busy.sh"
