@@ -373,7 +373,8 @@ impl Engine {
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
         rebuild.retain(|&f| !ignored(f));
         last.files.resize_with(self.mapping.files.len(), || None);
-        // Every function of the files built whole, and the changed ones.
+        // Every function of the files built whole, the changed ones, and
+        // the others of their stretches that keep no parts.
         let mut whole: Vec<usize> = rebuild.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
         whole.extend(&changed_functions);
         // The files with a record that changed functions touch, and which.
@@ -386,6 +387,11 @@ impl Engine {
                         of_file.push(i);
                     }
                 }
+            }
+        }
+        for (file, changed) in &touched {
+            if let Some(live) = &last.files[*file as usize] {
+                live.needs(changed, &mut whole);
             }
         }
         whole.sort_unstable();

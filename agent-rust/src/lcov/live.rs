@@ -14,13 +14,14 @@
 //!   summaries, each the largest of its functions' own;
 //! - each defined function's `FNDA` count.
 //!
-//! Each stretch keeps every function's part of it (regions with counts,
-//! branches) and their combination (regions by extent, branches by place,
-//! counts summed), each group every function's summary. When functions
-//! run, a dump loads those functions only, computes their parts and
-//! summaries again, updates the combinations by the difference, and writes
-//! the stretches and groups they are in from those; the lines of the other
-//! stretches are copied from the last record. A service's timers run a few functions of its largest files: the
+//! When functions run, a dump loads them and the other functions of their
+//! small stretches, computes those stretches again and the functions'
+//! summaries (each group keeps its functions'), and copies the lines of
+//! every other stretch from the last record. A stretch of many functions
+//! (a header's macro, expanded all over the program) keeps each function's
+//! part of it (regions with counts, branches) and their combination
+//! (regions by extent, branches by place, counts summed), updated by the
+//! difference of the functions that ran. A service's timers run a few functions of its largest files: the
 //! record of such a file is mostly what it was.
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -55,20 +56,20 @@ pub struct LiveFile {
     stretches_of: FxHashMap<usize, Vec<usize>>,
 }
 
-/// Past this many functions a stretch keeps its parts combined.
-const KEPT_COMBINED: usize = 16;
+/// Past this many functions a stretch keeps its functions' parts; a
+/// smaller one has its functions loaded again when one of them ran.
+const KEPT_PARTS: usize = 8;
 
 #[derive(Debug, Default)]
 struct Stretch {
     /// Its first and last line.
     lines: (u32, u32),
-    /// The functions with regions in it, in load order, and their parts.
+    /// The functions with regions in it, in load order.
     functions: Vec<usize>,
-    parts: Vec<Part>,
-    /// The parts of all its functions combined, kept for a stretch of many
-    /// functions (a header's macros): others combine theirs at each dump,
-    /// which costs less memory and as little time.
-    combined: Option<Box<(CombinedRegions, CombinedBranches)>>,
+    /// For a stretch of many functions (a header's macros, expanded all
+    /// over the program), their parts and those combined: a dump updates
+    /// them by the difference of the functions that ran.
+    kept: Option<Box<Kept>>,
     /// Where its `DA` and `BRDA` lines are in the record's text.
     da: std::ops::Range<usize>,
     brda: std::ops::Range<usize>,
@@ -81,6 +82,14 @@ struct Stretch {
 struct Part {
     spans: Vec<Span>,
     branches: Vec<PlacedBranch>,
+}
+
+/// The parts of a stretch's functions (as its `functions`), combined.
+#[derive(Debug, Default)]
+struct Kept {
+    parts: Vec<Part>,
+    regions: CombinedRegions,
+    branches: CombinedBranches,
 }
 
 #[derive(Debug)]
@@ -159,7 +168,9 @@ impl LiveFile {
             let mut stretch = Stretch {
                 lines: (lo, hi),
                 functions: functions.iter().map(|&at| coverage.functions[at].mapping_index).collect(),
-                parts: functions.iter().map(|_| Part::default()).collect(),
+                kept: (functions.len() > KEPT_PARTS).then(|| {
+                    Box::new(Kept { parts: functions.iter().map(|_| Part::default()).collect(), ..Kept::default() })
+                }),
                 ..Stretch::default()
             };
             stretch.compute(coverage, file, &all, k + 1 < n, &mut data);
@@ -186,13 +197,28 @@ impl LiveFile {
         live
     }
 
+    /// Adds to `out` the functions a dump must load, besides the `changed`
+    /// ones, to update this record after they ran: all those of their
+    /// stretches that keep no parts.
+    pub fn needs(&self, changed: &[usize], out: &mut Vec<usize>) {
+        for k in self.reached(changed).0 {
+            if self.stretches[k].kept.is_none() {
+                out.extend(&self.stretches[k].functions);
+            }
+        }
+    }
+
     /// Computes again what `changed` reach, from `coverage`, which loaded
-    /// them; `index_of` maps a function to its place in `coverage`.
+    /// them and what [`Self::needs`] named; `index_of` maps a function to
+    /// its place in `coverage`.
     pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
         let (stretches, groups) = self.reached(changed);
+        let mut wanted = changed.to_vec();
+        self.needs(changed, &mut wanted);
         // (mapping index, place in `coverage`), by mapping index.
-        let mut loaded: Vec<(usize, usize)> = changed.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
+        let mut loaded: Vec<(usize, usize)> = wanted.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
         loaded.sort_unstable();
+        loaded.dedup();
         for &(i, at) in &loaded {
             if let Some(&slot) = self.defined_at.get(&i) {
                 self.executions[slot] = coverage.functions[at].execution_count;
@@ -288,32 +314,36 @@ impl Stretch {
         followed: bool,
         data: &mut CoverageData<'m>,
     ) {
-        if self.combined.is_none() && self.functions.len() > KEPT_COMBINED {
-            let mut combined: Box<(CombinedRegions, CombinedBranches)> = Box::default();
-            for part in &self.parts {
-                combined.0.add(&part.spans);
-                combined.1.add(&part.branches);
-            }
-            self.combined = Some(combined);
-        }
-        for &(i, at) in loaded {
-            // `functions` is in load order, which is mapping order.
-            let Ok(k) = self.functions.binary_search(&i) else { continue };
-            let mut part = std::mem::take(&mut self.parts[k]);
-            self.add_to(&part, false);
-            part.spans.clear();
-            coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
-            part.branches.clear();
-            placed_branches(coverage, data, &mut part.branches);
-            self.add_to(&part, true);
-            self.parts[k] = part;
-        }
+        let mut part = Part::default();
         let built;
-        let (regions, branches) = match &self.combined {
-            Some(combined) => (&combined.0, &combined.1),
+        let (regions, branches) = match &mut self.kept {
+            Some(kept) => {
+                for &(i, at) in loaded {
+                    // `functions` is in load order, which is mapping order.
+                    let Ok(k) = self.functions.binary_search(&i) else { continue };
+                    let old = &mut kept.parts[k];
+                    kept.regions.remove(&old.spans);
+                    kept.branches.remove(&old.branches);
+                    old.spans.clear();
+                    coverage.part_in_file_into(at, file, self.lines, &mut old.spans, data);
+                    old.branches.clear();
+                    placed_branches(coverage, data, &mut old.branches);
+                    kept.regions.add(&old.spans);
+                    kept.branches.add(&old.branches);
+                }
+                (&kept.regions, &kept.branches)
+            }
             None => {
+                // Every function of the stretch is in `loaded`.
                 let mut both = (CombinedRegions::default(), CombinedBranches::default());
-                for part in &self.parts {
+                for &(i, at) in loaded {
+                    if self.functions.binary_search(&i).is_err() {
+                        continue;
+                    }
+                    part.spans.clear();
+                    coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
+                    part.branches.clear();
+                    placed_branches(coverage, data, &mut part.branches);
                     both.0.add(&part.spans);
                     both.1.add(&part.branches);
                 }
@@ -339,18 +369,6 @@ impl Stretch {
         let mut brda = String::new();
         branches.write(&mut brda);
         self.fresh = Some((da, brda));
-    }
-
-    /// Adds a function's part to the kept combination, or takes it back.
-    fn add_to(&mut self, part: &Part, add: bool) {
-        let Some(combined) = &mut self.combined else { return };
-        if add {
-            combined.0.add(&part.spans);
-            combined.1.add(&part.branches);
-        } else {
-            combined.0.remove(&part.spans);
-            combined.1.remove(&part.branches);
-        }
     }
 }
 
