@@ -308,7 +308,7 @@ fn percent(found: u64, hit: u64) -> String {
 }
 
 /// A table cell: the percentage, or `-` when there is nothing of a kind (as llvm-cov).
-fn percent_cell(found: u64, hit: u64) -> String {
+pub(crate) fn percent_cell(found: u64, hit: u64) -> String {
     if found == 0 {
         "-".to_owned()
     } else {

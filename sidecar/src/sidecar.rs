@@ -12,6 +12,8 @@
 //! | `GET /health` | the sidecar's instance, targets by state |
 //! | `GET /targets` | every target: address, instance, state, last snapshot, last error |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /` | the live page ([`crate::live_page`]): totals, files, coverage over time, targets |
+//! | `GET /file?path=PATH` | with `--source-root`, a file's lines coloured by hits |
 //!
 //! # Instances
 //!
@@ -58,6 +60,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::client::{self, CoverageQuery};
 use crate::collect::{parse_seconds, read_counters, read_report, source_json, TargetArgs};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
+use crate::live_page::{self, History, Point, SourceRoot};
 use crate::metrics::{self, Gauges, Metrics, SourceGauge, TargetGauge};
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
 use crate::targets::{Discovery, Found, SourceState, SourceStatus};
@@ -67,7 +70,8 @@ use livecov::fleet::BuildMapping;
 #[command(
     about = "Serve the merged live coverage of a pod's processes or of a Service's replicas",
     long_about = "Serves GET /coverage (?test=NAME, ?reset=1, ?format=lcov|json), POST /reset, \
-                  GET /health, GET /targets and GET /metrics over the merge of its targets: the \
+                  GET /health, GET /targets, GET /metrics and a live page for a browser (GET /: \
+                  totals, files, coverage over time, targets) over the merge of its targets: the \
                   agents (and exited processes' reports) of a coverage directory, the replicas \
                   behind a headless Service (agents or other sidecars, re-resolved as they come \
                   and go), static targets. The instances of one build are merged exactly, as \
@@ -109,6 +113,12 @@ pub struct Args {
     /// /metrics say when a name fails (and why) or comes back.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     pub resolve_interval: Duration,
+    /// The folder the sources of the report's files are in (its paths
+    /// inside it, or relative to it): the live page then links each file to
+    /// its lines coloured by hits (GET /file?path=PATH). Nothing outside it
+    /// is served.
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
     /// Concurrent client connections.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_connections: u32,
@@ -217,6 +227,8 @@ pub struct Sidecar {
     store: Mutex<Store>,
     /// Merges computed at once (each holds a copy of the merge in memory).
     merges: Semaphore,
+    /// Line coverage over time, for the live page.
+    history: Mutex<History>,
     pub metrics: Metrics,
 }
 
@@ -242,6 +254,7 @@ impl Sidecar {
             round_seq: AtomicU64::new(0),
             store: Mutex::new(Store::default()),
             merges: Semaphore::new(2),
+            history: Mutex::new(History::default()),
             metrics: Metrics::default(),
         }
     }
@@ -560,6 +573,11 @@ impl Sidecar {
         let n = entries.len();
         let _permit = self.merges.acquire().await.map_err(|_| "shutting down".to_owned())?;
         let text = merge_entries(entries, test.clone(), self.options.max_body).await?;
+        if test.is_none() {
+            let totals = snapshot::totals(&String::from_utf8_lossy(&text));
+            let secs = self.started.elapsed().as_secs_f64();
+            lock(&self.history).record(Point { secs, lines_hit: totals.lines_hit, lines: totals.lines });
+        }
         let mut store = lock(&self.store);
         if store.generation == generation {
             store.cache = Some((generation, test, text.clone()));
@@ -601,7 +619,8 @@ impl Sidecar {
         out
     }
 
-    fn targets_json(&self) -> String {
+    /// The document of `GET /targets`.
+    fn targets_doc(&self) -> serde_json::Value {
         let metas: HashMap<String, (Option<Meta>, usize, Option<String>)> = {
             let store = lock(&self.store);
             let group = |i: &Instance| i.exact.as_ref().map(|m| m.id().to_owned());
@@ -644,7 +663,6 @@ impl Sidecar {
             (store.sources.iter().map(source_json).collect::<Vec<_>>(), self.warnings(&store.sources))
         };
         serde_json::json!({ "instance": self.instance, "targets": rows, "sources": sources, "warnings": warnings })
-            .to_string()
     }
 
     /// What `/health` and `/targets` warn of: no target found (a sidecar
@@ -748,6 +766,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let token = client::resolve_token(args.token.as_ref(), args.token_file.as_ref())?;
     let options = args.targets.fetch_options()?;
+    let source_root = args.source_root.as_deref().map(SourceRoot::new).transpose().map_err(anyhow::Error::msg)?;
     let mut discovery = args.targets.discovery(args.resolve_interval)?;
     if let Some(socket) = &args.socket {
         let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.clone());
@@ -774,7 +793,7 @@ pub fn run(args: Args) -> Result<()> {
         .thread_name("livecov-sidecar")
         .build()
         .context("cannot start the runtime")?;
-    runtime.block_on(serve_main(args, token, options, discovery))
+    runtime.block_on(serve_main(args, token, options, discovery, source_root))
 }
 
 /// The file in a `--dir` that keeps the sidecar's instance id across
@@ -811,7 +830,13 @@ fn instance_id(dirs: &[PathBuf]) -> String {
     }
 }
 
-async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, discovery: Discovery) -> Result<()> {
+async fn serve_main(
+    args: Args,
+    token: Option<String>,
+    options: FetchOptions,
+    discovery: Discovery,
+    source_root: Option<SourceRoot>,
+) -> Result<()> {
     let watch_names = discovery.has_replicas().then(|| discovery.resolve_interval());
     let sidecar = Arc::new(Sidecar::new(instance_id(&args.targets.dirs), options, discovery));
     let tcp = match args.listen {
@@ -859,6 +884,11 @@ async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, di
         tokio::spawn(async move {
             loop {
                 sc.refresh(None).await;
+                // The live page's chart follows the polls, also while
+                // nobody looks (the merge is kept for the next request).
+                if let Err(e) = sc.merged(None).await {
+                    eprintln!("livecov sidecar: cannot merge the polled coverage: {e}");
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}
                     _ = stop.changed() => break,
@@ -869,6 +899,7 @@ async fn serve_main(args: Args, token: Option<String>, options: FetchOptions, di
     let ctx = Arc::new(Ctx {
         sidecar,
         token: token.map(String::into_bytes),
+        source_root,
         max_connections: args.max_connections as usize,
     });
     let server = tokio::spawn(serve(ctx, unix, tcp, shutdown_rx));
@@ -933,6 +964,7 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 struct Ctx {
     sidecar: Arc<Sidecar>,
     token: Option<Vec<u8>>,
+    source_root: Option<SourceRoot>,
     max_connections: usize,
 }
 
@@ -1024,7 +1056,7 @@ async fn connection<S>(
 
 type Resp = Response<Full<Bytes>>;
 
-const ROUTES: &str = "GET /coverage, POST /reset, GET /health, GET /targets, GET /metrics";
+const ROUTES: &str = "GET /coverage, POST /reset, GET /health, GET /targets, GET /metrics, GET / (the live page), GET /file";
 
 async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
     let sc = &ctx.sidecar;
@@ -1041,7 +1073,7 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
         }
     }
     let allow = match path.as_str() {
-        "/coverage" | "/health" | "/targets" | "/metrics" => Method::GET,
+        "/coverage" | "/health" | "/targets" | "/metrics" | "/" | "/file" => Method::GET,
         "/reset" => Method::POST,
         _ => return error(404, &format!("no route {} (routes: {ROUTES})", clip(&path))),
     };
@@ -1089,7 +1121,9 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
             }
         }
         "/health" => ok("application/json", Bytes::from(sc.health_json())),
-        "/targets" => ok("application/json", Bytes::from(sc.targets_json())),
+        "/targets" => ok("application/json", Bytes::from(sc.targets_doc().to_string())),
+        "/" => page(&ctx, req.uri().query()).await,
+        "/file" => file_page(&ctx, req.uri().query()).await,
         _ => ok("text/plain; version=0.0.4; charset=utf-8", Bytes::from(sc.metrics_text())),
     }
 }
@@ -1112,11 +1146,7 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
         }
     };
     let mut r = if json {
-        let mut extra = serde_json::Map::new();
-        extra.insert("instances".into(), instances.into());
-        extra.insert("targets_failed".into(), failed.into());
-        let doc = livecov::agent::summary_json(&String::from_utf8_lossy(&text), extra);
-        ok("application/json", Bytes::from(doc))
+        ok("application/json", Bytes::from(summary_json(&text, instances, failed)))
     } else {
         ok("text/plain; charset=utf-8", text)
     };
@@ -1124,6 +1154,95 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
     h.insert("livecov-instances", HeaderValue::from(instances));
     h.insert("livecov-targets-failed", HeaderValue::from(failed));
     r
+}
+
+/// `GET /coverage?format=json`: per-file and total counts of a merge.
+fn summary_json(lcov: &[u8], instances: usize, failed: usize) -> String {
+    let mut extra = serde_json::Map::new();
+    extra.insert("instances".into(), instances.into());
+    extra.insert("targets_failed".into(), failed.into());
+    livecov::agent::summary_json(&String::from_utf8_lossy(lcov), extra)
+}
+
+/// The merge as `GET /coverage` serves it, for the live page.
+async fn fresh_merge(sc: &Sidecar) -> Result<(Bytes, usize), Resp> {
+    let seen = sc.round_seq.load(Ordering::Acquire);
+    sc.refresh(Some(seen)).await;
+    sc.merged(None).await.map_err(|e| error(500, &e))
+}
+
+/// `GET /[?refresh=N]`: the live page.
+async fn page(ctx: &Ctx, query: Option<&str>) -> Resp {
+    let refresh = match live_page::parse_query(query, &["refresh"]).and_then(|q| live_page::refresh_secs(&q)) {
+        Ok(r) => r,
+        Err(e) => return error(400, &e),
+    };
+    let sc = &ctx.sidecar;
+    let (text, instances) = match fresh_merge(sc).await {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    // The page shows the very numbers of GET /coverage?format=json.
+    let summary = serde_json::from_str(&summary_json(&text, instances, sc.counts().1)).unwrap_or_default();
+    let history = lock(&sc.history).points();
+    let html = live_page::render(&live_page::Page {
+        instance: sc.instance(),
+        uptime: sc.started.elapsed(),
+        summary: &summary,
+        history: &history,
+        targets: &sc.targets_doc(),
+        refresh,
+        linked: ctx.source_root.is_some(),
+    });
+    ok("text/html; charset=utf-8", Bytes::from(html))
+}
+
+/// `GET /file?path=PATH[&refresh=N]`: a file of the merge, read under
+/// `--source-root`, its lines coloured by their hits.
+async fn file_page(ctx: &Ctx, query: Option<&str>) -> Resp {
+    let Some(root) = ctx.source_root.clone() else {
+        return error(
+            404,
+            "no --source-root: start the sidecar with --source-root DIR (the folder the sources are in) to see files",
+        );
+    };
+    let q = match live_page::parse_query(query, &["path", "refresh"]) {
+        Ok(q) => q,
+        Err(e) => return error(400, &e),
+    };
+    let refresh = match live_page::refresh_secs(&q) {
+        Ok(r) => r,
+        Err(e) => return error(400, &e),
+    };
+    let Some(path) = q.get("path").filter(|p| !p.is_empty()).cloned() else {
+        return error(400, "give the file: /file?path=PATH, a file of the report (GET /coverage?format=json lists them)");
+    };
+    let (text, _) = match fresh_merge(&ctx.sidecar).await {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    // Only the report's files: the path names a record before it names a file.
+    let Some(lines) = live_page::file_lines(&String::from_utf8_lossy(&text), &path) else {
+        return error(
+            404,
+            &format!("{} is not a file of the merged report (GET /coverage?format=json lists them)", clip(&path)),
+        );
+    };
+    let max = ctx.sidecar.options.max_body;
+    let read = tokio::task::spawn_blocking(move || {
+        let file = root.resolve(&path)?;
+        let bytes = std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        if bytes.len() > max {
+            return Err(format!("{} is larger than {} MiB: raise --max-size", file.display(), max.div_ceil(1 << 20)));
+        }
+        Ok(live_page::render_file(&path, &String::from_utf8_lossy(&bytes), &lines, refresh))
+    })
+    .await;
+    match read {
+        Ok(Ok(html)) => ok("text/html; charset=utf-8", Bytes::from(html)),
+        Ok(Err(e)) => error(404, &e),
+        Err(_) => error(500, "internal error while reading the file"),
+    }
 }
 
 /// `?format=counters`: when every instance in the merge is of one exact
