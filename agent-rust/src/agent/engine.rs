@@ -215,6 +215,13 @@ impl Engine {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.functions.is_empty() {
+            // A function with no file in reports (the standard library's, a
+            // dependency's, what LIVECOV_IGNORE matches) changes no byte of
+            // one: not kept. That is most of a Rust service's mapping.
+            let ignored: Vec<bool> =
+                self.mapping.files.iter().map(|f| options.ignore.iter().any(|re| re.is_match(f))).collect();
+            self.mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
+            self.mapping.functions.shrink_to_fit();
             self.last.functions_of_file = vec![Vec::new(); self.mapping.files.len()];
             for (i, f) in self.mapping.functions.iter().enumerate() {
                 self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
