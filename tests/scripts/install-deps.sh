@@ -13,7 +13,7 @@
 # - Node.js and npm, for the Node hook and its fixtures.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov)
+apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov chromium)
 
 missing=()
 for p in "${apt_packages[@]}"; do
