@@ -21,7 +21,7 @@ pub struct Metrics {
 }
 
 /// The routes counted in `livecov_sidecar_requests_total`.
-pub const ROUTES: [&str; 6] = ["/coverage", "/reset", "/health", "/targets", "/metrics", "other"];
+pub const ROUTES: [&str; 8] = ["/coverage", "/reset", "/health", "/targets", "/metrics", "/", "/file", "other"];
 
 impl Metrics {
     pub fn request(&self, path: &str) {

@@ -1185,7 +1185,7 @@ async fn page(ctx: &Ctx, query: Option<&str>) -> Resp {
     // The page shows the very numbers of GET /coverage?format=json.
     let summary = serde_json::from_str(&summary_json(&text, instances, sc.counts().1)).unwrap_or_default();
     let history = lock(&sc.history).points();
-    let html = live_page::render(&live_page::Page {
+    let body = live_page::render(&live_page::Page {
         instance: sc.instance(),
         uptime: sc.started.elapsed(),
         summary: &summary,
@@ -1194,7 +1194,7 @@ async fn page(ctx: &Ctx, query: Option<&str>) -> Resp {
         refresh,
         linked: ctx.source_root.is_some(),
     });
-    ok("text/html; charset=utf-8", Bytes::from(html))
+    html(body)
 }
 
 /// `GET /file?path=PATH[&refresh=N]`: a file of the merge, read under
@@ -1239,7 +1239,7 @@ async fn file_page(ctx: &Ctx, query: Option<&str>) -> Resp {
     })
     .await;
     match read {
-        Ok(Ok(html)) => ok("text/html; charset=utf-8", Bytes::from(html)),
+        Ok(Ok(page)) => html(page),
         Ok(Err(e)) => error(404, &e),
         Err(_) => error(500, "internal error while reading the file"),
     }
@@ -1352,6 +1352,19 @@ fn clip(s: &str) -> String {
 fn ok(content_type: &'static str, bytes: Bytes) -> Resp {
     let mut r = Response::new(Full::new(bytes));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// A page of [`live_page`]: it has no script, and the browser is told to
+/// run none, so that a name that escaped escaping still cannot act.
+fn html(page: String) -> Resp {
+    let mut r = ok("text/html; charset=utf-8", Bytes::from(page));
+    let h = r.headers_mut();
+    h.insert(
+        "content-security-policy",
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    h.insert("x-content-type-options", HeaderValue::from_static("nosniff"));
     r
 }
 

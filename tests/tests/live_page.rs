@@ -172,6 +172,8 @@ fn the_live_page_in_chromium_shows_the_merge_grow_with_traffic() {
     let meta = |query: &str| {
         let r = sidecar.get(&format!("/{query}"));
         assert_eq!((r.status, r.header("content-type")), (200, Some("text/html; charset=utf-8")));
+        // No script runs on it, should a name ever escape escaping.
+        assert!(r.header("content-security-policy").is_some_and(|p| p.starts_with("default-src 'none';")));
         let page = r.text();
         let at = page.find("http-equiv=\"refresh\" content=\"")?;
         Some(page[at..].split('"').nth(3)?.to_owned())
@@ -182,6 +184,8 @@ fn the_live_page_in_chromium_shows_the_merge_grow_with_traffic() {
     assert_eq!(sidecar.get("/?refresh=soon").status, 400);
     assert_eq!(sidecar.get("/?color=red").status, 400);
     assert_eq!(sidecar.post("/").status, 405);
+    let metrics = sidecar.get("/metrics").text();
+    assert!(metrics.contains("livecov_sidecar_requests_total{route=\"/\"} "), "{metrics}");
 
     // Screenshots for people to look at.
     let shots = livecov_tests::workspace_root().join("target/live-page");
