@@ -451,6 +451,14 @@ pub fn build_segments(regions: Vec<CountedRegion<'_>>) -> Vec<Segment> {
     segments
 }
 
+/// The segments of a stretch of a file from its functions' parts (see
+/// [`Coverage::part_in_file_into`]), as [`Coverage::for_file_into`] builds
+/// those of a whole file; `followed`: other regions of the file come after.
+pub fn segments_of(spans: Vec<Span>, followed: bool, segments: &mut Vec<Segment>) {
+    let mut scratch = Scratch { spans, ..Scratch::default() };
+    scratch.build_segments(segments, followed);
+}
+
 /// The regions of one stretch of a file, of all its functions, combined as
 /// the segment builder combines them (same extent: the counts of the first
 /// kind, in code, expansion, skipped order, added up), kept up to date as

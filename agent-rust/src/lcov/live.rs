@@ -26,9 +26,9 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name};
+use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name, write_placed_branches};
 use super::{CombinedBranches, PlacedBranch, Summary};
-use crate::coverage::{CombinedRegions, Coverage, CoverageData, Span};
+use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span};
 use crate::mapping::FileName;
 
 /// One file's record, in parts. Functions are named by their index in the
@@ -314,9 +314,8 @@ impl Stretch {
         followed: bool,
         data: &mut CoverageData<'m>,
     ) {
-        let mut part = Part::default();
-        let built;
-        let (regions, branches) = match &mut self.kept {
+        let mut brda = String::new();
+        match &mut self.kept {
             Some(kept) => {
                 for &(i, at) in loaded {
                     // `functions` is in load order, which is mapping order.
@@ -331,27 +330,22 @@ impl Stretch {
                     kept.regions.add(&old.spans);
                     kept.branches.add(&old.branches);
                 }
-                (&kept.regions, &kept.branches)
+                kept.regions.segments(followed, &mut data.segments);
+                kept.branches.write(&mut brda);
             }
             None => {
                 // Every function of the stretch is in `loaded`.
-                let mut both = (CombinedRegions::default(), CombinedBranches::default());
+                let (mut spans, mut branches) = (Vec::new(), Vec::new());
                 for &(i, at) in loaded {
-                    if self.functions.binary_search(&i).is_err() {
-                        continue;
+                    if self.functions.binary_search(&i).is_ok() {
+                        coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
+                        placed_branches(coverage, data, &mut branches);
                     }
-                    part.spans.clear();
-                    coverage.part_in_file_into(at, file, self.lines, &mut part.spans, data);
-                    part.branches.clear();
-                    placed_branches(coverage, data, &mut part.branches);
-                    both.0.add(&part.spans);
-                    both.1.add(&part.branches);
                 }
-                built = both;
-                (&built.0, &built.1)
+                segments_of(spans, followed, &mut data.segments);
+                write_placed_branches(&mut brda, branches.iter().collect());
             }
-        };
-        regions.segments(followed, &mut data.segments);
+        }
         let mut da = String::new();
         line_stats(&data.segments, |s, run| {
             if s.mapped {
@@ -366,8 +360,6 @@ impl Stretch {
                 }
             }
         });
-        let mut brda = String::new();
-        branches.write(&mut brda);
         self.fresh = Some((da, brda));
     }
 }
