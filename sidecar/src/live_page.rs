@@ -48,9 +48,11 @@ pub struct History {
 
 impl History {
     /// Keeps `p` unless the totals are those of the last point (a merge
-    /// whose counts changed but not which lines ran draws nothing new).
+    /// whose counts changed but not which lines ran draws nothing new), or
+    /// it is older (of a merge that took longer than a later one).
     pub fn record(&mut self, p: Point) {
-        if self.points.back().is_some_and(|last| (last.lines_hit, last.lines) == (p.lines_hit, p.lines)) {
+        let same = |last: &Point| (last.lines_hit, last.lines) == (p.lines_hit, p.lines);
+        if self.points.back().is_some_and(|last| same(last) || last.secs > p.secs) {
             return;
         }
         if self.points.len() == HISTORY_POINTS {
@@ -560,6 +562,7 @@ mod tests {
         h.record(p(0.0, 1));
         h.record(p(1.0, 1));
         h.record(p(2.0, 2));
+        h.record(p(1.5, 5));
         assert_eq!(h.points(), [p(0.0, 1), p(2.0, 2)]);
         for i in 0..HISTORY_POINTS as u64 + 10 {
             h.record(p(3.0 + i as f64, 3 + i));

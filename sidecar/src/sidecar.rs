@@ -113,10 +113,10 @@ pub struct Args {
     /// /metrics say when a name fails (and why) or comes back.
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_seconds)]
     pub resolve_interval: Duration,
-    /// The folder the sources of the report's files are in (its paths
-    /// inside it, or relative to it): the live page then links each file to
-    /// its lines coloured by hits (GET /file?path=PATH). Nothing outside it
-    /// is served.
+    /// The folder the report's source files are in (the report's paths are
+    /// inside it, or relative to it): the live page (GET /) then links each
+    /// file to its lines coloured by hits (GET /file?path=PATH). Nothing
+    /// outside it is served.
     #[arg(long, value_name = "DIR")]
     pub source_root: Option<PathBuf>,
     /// Concurrent client connections.
@@ -570,13 +570,14 @@ impl Sidecar {
             }
             (store.generation, self.entries_locked(&store))
         };
+        // The merge stands for this moment, however long it takes.
+        let taken = self.started.elapsed().as_secs_f64();
         let n = entries.len();
         let _permit = self.merges.acquire().await.map_err(|_| "shutting down".to_owned())?;
         let text = merge_entries(entries, test.clone(), self.options.max_body).await?;
         if test.is_none() {
             let totals = snapshot::totals(&String::from_utf8_lossy(&text));
-            let secs = self.started.elapsed().as_secs_f64();
-            lock(&self.history).record(Point { secs, lines_hit: totals.lines_hit, lines: totals.lines });
+            lock(&self.history).record(Point { secs: taken, lines_hit: totals.lines_hit, lines: totals.lines });
         }
         let mut store = lock(&self.store);
         if store.generation == generation {
