@@ -53,7 +53,8 @@ pub struct LiveFile {
     /// Of each function: its slot in `defined`, its group, its stretches.
     defined_at: FxHashMap<usize, usize>,
     group_of: FxHashMap<usize, usize>,
-    stretches_of: FxHashMap<usize, Vec<usize>>,
+    /// (function, stretch), sorted.
+    stretches_of: Vec<(usize, usize)>,
 }
 
 /// Past this many functions a stretch keeps its functions' parts; a
@@ -124,16 +125,25 @@ impl LiveFile {
         let executions = coverage.functions_in(file).map(|f| f.execution_count).collect();
         let defined_at = defined.into_iter().enumerate().map(|(slot, i)| (i, slot)).collect();
 
-        // Stretches: the line spans of every region in the file, merged
-        // where they overlap.
+        // Stretches: the line spans of the regions in the file, merged where
+        // they overlap. The regions of one file id (a function's body, one
+        // macro expansion) are taken together: they are one span or nested
+        // spans most often, and a stretch a little longer is still right.
         let mut spans: Vec<(u32, u32, usize)> = Vec::new();
+        let mut hulls: Vec<Option<(u32, u32)>> = Vec::new();
         for &at in coverage.functions_touching(file) {
             let f = &coverage.functions[at];
+            hulls.clear();
+            hulls.resize(f.filenames.len(), None);
             for r in f.regions.iter().chain(&f.branches) {
-                if f.filenames.get(r.region.file_id as usize) == Some(&file) {
-                    spans.push((r.region.line_start, r.region.line_end.max(r.region.line_start), at));
+                let id = r.region.file_id as usize;
+                if f.filenames.get(id) == Some(&file) {
+                    let (lo, hi) = (r.region.line_start, r.region.line_end.max(r.region.line_start));
+                    let hull = &mut hulls[id];
+                    *hull = Some(hull.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
                 }
             }
+            spans.extend(hulls.iter().flatten().map(|&(lo, hi)| (lo, hi, at)));
         }
         spans.sort_unstable();
         let mut stretches: Vec<(u32, u32, Vec<usize>)> = Vec::new();
@@ -157,7 +167,7 @@ impl LiveFile {
             groups: Vec::new(),
             defined_at,
             group_of: FxHashMap::default(),
-            stretches_of: FxHashMap::default(),
+            stretches_of: Vec::new(),
         };
         let mut data = CoverageData::default();
         let n = stretches.len();
@@ -175,7 +185,7 @@ impl LiveFile {
             };
             stretch.compute(coverage, file, &all, k + 1 < n, &mut data);
             for &i in &stretch.functions {
-                live.stretches_of.entry(i).or_default().push(k);
+                live.stretches_of.push((i, k));
             }
             live.stretches.push(stretch);
         }
@@ -193,6 +203,7 @@ impl LiveFile {
             }
             live.groups.push(group);
         }
+        live.stretches_of.sort_unstable();
         live.render();
         live
     }
@@ -240,7 +251,8 @@ impl LiveFile {
         let mut stretches = FxHashSet::default();
         let mut groups = FxHashSet::default();
         for i in changed {
-            stretches.extend(self.stretches_of.get(i).into_iter().flatten().copied());
+            let from = self.stretches_of.partition_point(|&(f, _)| f < *i);
+            stretches.extend(self.stretches_of[from..].iter().take_while(|&&(f, _)| f == *i).map(|&(_, k)| k));
             groups.extend(self.group_of.get(i).copied());
         }
         (stretches.into_iter().collect(), groups.into_iter().collect())
