@@ -19,6 +19,7 @@ mod bytes;
 pub mod coverage;
 pub mod error;
 pub mod fleet;
+pub mod json_export;
 pub mod lcov;
 pub mod mapping;
 pub mod profile;
