@@ -30,6 +30,7 @@
 //! byte offset; the readers never panic and allocate in proportion to their
 //! input.
 
+mod indexed;
 mod names;
 mod raw;
 mod write;
@@ -46,6 +47,7 @@ use std::sync::Arc;
 
 pub use crate::bytes::Endian;
 use crate::error::{Error, Result};
+pub use indexed::{is_indexed_profile, read_indexed_profile, IndexedProfile, IndexedRecord};
 pub use names::{decode_names, name_ref, name_ref_bytes, NameTable};
 pub use write::{write_raw_profile, ModuleImage};
 
@@ -469,26 +471,7 @@ impl Counters {
         names: Arc<NameTable>,
         records: impl Iterator<Item = (u64, u64, Cow<'a, [u64]>, Cow<'a, [u8]>)>,
     ) -> Result<()> {
-        if let Some(old) = self.variant {
-            if (old.function_entry_only && new.instr_entry)
-                || (old.instr_entry && new.function_entry_only)
-            {
-                return Err(Error::Mismatch(
-                    "cannot merge FunctionEntryOnly profiles and BB profiles together".into(),
-                ));
-            }
-            if old.byte_coverage != new.byte_coverage {
-                self.warn(format!(
-                    "profile {} has {} counters but earlier ones have {}: merged anyway, as llvm-profdata 22 does",
-                    self.profiles + 1,
-                    if new.byte_coverage { "byte-coverage" } else { "8-byte" },
-                    if old.byte_coverage { "byte-coverage" } else { "8-byte" },
-                ));
-            }
-        }
-        self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
-        self.profiles += 1;
-
+        self.add_variant(new)?;
         let known = self.names.iter().position(|t| {
             Arc::ptr_eq(t, &names) || Arc::ptr_eq(t.names(), names.names()) || t.names() == names.names()
         });
@@ -510,18 +493,8 @@ impl Counters {
                     (&mut self.unnamed, "")
                 }
             };
-            match group.iter_mut().find(|e| e.hash == hash) {
-                None => group.push(Entry { hash, counters: counters.into_owned(), bitmap: bitmap.into_owned() }),
-                Some(entry) => {
-                    if let Some(warning) = merge(entry, &counters, &bitmap) {
-                        pending.push(format!(
-                            "function {} (hash {:#018x}) in profile {}: {warning}",
-                            if name.is_empty() { "<unnamed>" } else { name },
-                            hash,
-                            self.profiles
-                        ));
-                    }
-                }
+            if let Some(warning) = file(group, name, hash, counters, bitmap, self.profiles) {
+                pending.push(warning);
             }
         }
         for warning in pending {
@@ -535,6 +508,54 @@ impl Counters {
                 unresolved.len()
             ));
         }
+        Ok(())
+    }
+
+    /// Merges an indexed profile in, as `llvm-profdata merge` merges one
+    /// given among its inputs; the same refusals as [`add`](Self::add).
+    /// Records under the empty name are those llvm-profdata could not name,
+    /// and join the ones a raw profile could not name.
+    pub fn add_indexed(&mut self, profile: IndexedProfile) -> Result<()> {
+        self.add_variant(profile.variant)?;
+        let mut pending = Vec::new();
+        for r in profile.records {
+            let c = r.counters;
+            let group = if r.name.is_empty() {
+                &mut self.unnamed
+            } else {
+                self.by_name.entry(c.name_ref).or_default()
+            };
+            let warning = file(group, &r.name, c.hash, Cow::Owned(c.counters), Cow::Owned(c.bitmap), self.profiles);
+            pending.extend(warning);
+        }
+        for warning in pending {
+            self.warn(warning);
+        }
+        Ok(())
+    }
+
+    /// Counts one more profile of variant `new`, or refuses it (see
+    /// [`add`](Self::add)).
+    fn add_variant(&mut self, new: Variant) -> Result<()> {
+        if let Some(old) = self.variant {
+            if (old.function_entry_only && new.instr_entry)
+                || (old.instr_entry && new.function_entry_only)
+            {
+                return Err(Error::Mismatch(
+                    "cannot merge FunctionEntryOnly profiles and BB profiles together".into(),
+                ));
+            }
+            if old.byte_coverage != new.byte_coverage {
+                self.warn(format!(
+                    "profile {} has {} counters but earlier ones have {}: merged anyway, as llvm-profdata 22 does",
+                    self.profiles + 1,
+                    if new.byte_coverage { "byte-coverage" } else { "8-byte" },
+                    if old.byte_coverage { "byte-coverage" } else { "8-byte" },
+                ));
+            }
+        }
+        self.variant = Some(self.variant.map_or(new, |old| old.union(new)));
+        self.profiles += 1;
         Ok(())
     }
 
@@ -602,6 +623,32 @@ impl Counters {
     /// Number of profiles merged so far.
     pub fn profiles(&self) -> usize {
         self.profiles
+    }
+}
+
+/// Files one record of profile number `profile` under its name's `group`:
+/// a new entry for a new hash, else merged into the entry of that hash.
+/// Returns the merge's warning, if any.
+fn file(
+    group: &mut Vec<Entry>,
+    name: &str,
+    hash: u64,
+    counters: Cow<'_, [u64]>,
+    bitmap: Cow<'_, [u8]>,
+    profile: usize,
+) -> Option<String> {
+    match group.iter_mut().find(|e| e.hash == hash) {
+        None => {
+            group.push(Entry { hash, counters: counters.into_owned(), bitmap: bitmap.into_owned() });
+            None
+        }
+        Some(entry) => merge(entry, &counters, &bitmap).map(|warning| {
+            format!(
+                "function {} (hash {:#018x}) in profile {profile}: {warning}",
+                if name.is_empty() { "<unnamed>" } else { name },
+                hash,
+            )
+        }),
     }
 }
 

@@ -1,8 +1,8 @@
-//! `livecov convert`: binary + raw profiles -> LCOV, offline.
+//! `livecov convert`: binary + raw or indexed profiles -> LCOV, offline.
 //!
 //! A drop-in for `llvm-profdata merge` followed by
-//! `llvm-cov export -format=lcov`: same output, no LLVM tool, and raw
-//! profiles from any LLVM 11 to 22 whatever LLVM is installed.
+//! `llvm-cov export -format=lcov`: same output, no LLVM tool, and raw and
+//! indexed profiles from any LLVM 11 to 22 whatever LLVM is installed.
 
 use std::fs;
 use std::io::Write;
@@ -13,15 +13,16 @@ use anyhow::{bail, Context, Result};
 use livecov::coverage::Coverage;
 use livecov::lcov;
 use livecov::mapping::CoverageMapping;
-use livecov::profile::{Counters, NameTable, ProfileReader};
+use livecov::profile::{is_indexed_profile, read_indexed_profile, Counters, NameTable, ProfileReader};
 
 #[derive(clap::Args)]
 #[command(
-    about = "Convert raw profiles (.profraw) of an instrumented binary to LCOV",
-    long_about = "Convert raw profiles (.profraw) of an instrumented binary to LCOV, exactly as \
-                  `llvm-profdata merge` + `llvm-cov export -format=lcov` of LLVM 22 would, \
-                  without any LLVM tool.",
+    about = "Convert profiles (.profraw, .profdata) of an instrumented binary to LCOV",
+    long_about = "Convert raw profiles (.profraw) and indexed profiles (.profdata) of an \
+                  instrumented binary to LCOV, exactly as `llvm-profdata merge` + \
+                  `llvm-cov export -format=lcov` of LLVM 22 would, without any LLVM tool.",
     after_help = "Examples:\n  livecov convert --binary target/debug/app --profraw default_*.profraw -o coverage.lcov\n  \
+                  livecov convert --binary target/debug/app --instr-profile app.profdata -o coverage.lcov\n  \
                   livecov convert --go-coverdir covdata/ -o coverage.lcov"
 )]
 pub struct Args {
@@ -32,11 +33,16 @@ pub struct Args {
     #[arg(long = "object", value_name = "PATH")]
     objects: Vec<PathBuf>,
     /// Raw profiles to merge; each file may hold several concatenated profiles.
-    #[arg(long, value_name = "FILE", num_args = 1.., required_unless_present = "go_coverdir")]
+    /// An indexed profile (.profdata) given here is recognised and merged too.
+    #[arg(long, value_name = "FILE", num_args = 1.., required_unless_present_any = ["go_coverdir", "instr_profile"])]
     profraw: Vec<PathBuf>,
+    /// An indexed profile (.profdata, from `llvm-profdata merge` of LLVM 11 to
+    /// 22) to merge, after the raw profiles (repeatable).
+    #[arg(long = "instr-profile", value_name = "FILE")]
+    instr_profile: Vec<PathBuf>,
     /// Instead of a binary and raw profiles: a Go GOCOVERDIR (covmeta and
     /// covcounters files, as a Go -cover build writes them), read with no Go tool.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["binary", "profraw", "objects", "no_demangle", "skip_branches"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["binary", "profraw", "instr_profile", "objects", "no_demangle", "skip_branches"])]
     go_coverdir: Option<PathBuf>,
     /// Write the LCOV report here instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
@@ -83,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
     let (mapping, profiles) = std::thread::scope(|scope| {
         let (names, profile_names) = mpsc::sync_channel(1);
         let mapping = scope.spawn(|| load_mapping(binary, &args.objects, profile_names));
-        let profiles = load_profiles(&args.profraw, names);
+        let profiles = load_profiles(args.profraw.iter().chain(&args.instr_profile), names);
         let mapping = mapping.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (mapping, profiles)
     });
@@ -192,16 +198,29 @@ fn load_mapping(
     Ok((mapping, build_ids))
 }
 
-/// Reads and merges the raw profiles; returns the binary ids each profile
-/// names, for checking against the objects. The first names table decoded
-/// goes to `names` (dropped unsent when there is none).
-fn load_profiles(paths: &[PathBuf], names: mpsc::SyncSender<Arc<NameTable>>) -> Result<(Counters, ProfileIds)> {
+/// Reads and merges the profiles, raw or indexed (told apart by their
+/// magic), in order; returns the binary ids each raw profile names, for
+/// checking against the objects. The first names table decoded goes to
+/// `names` (dropped unsent when there is none).
+fn load_profiles<'a>(
+    paths: impl Iterator<Item = &'a PathBuf>,
+    names: mpsc::SyncSender<Arc<NameTable>>,
+) -> Result<(Counters, ProfileIds)> {
     let mut counters = Counters::new();
     let mut reader = ProfileReader::new();
     let mut ids = Vec::new();
     let mut names = Some(names);
     for path in paths {
         let data = read(path)?;
+        if is_indexed_profile(&data) {
+            match read_indexed_profile(&data).and_then(|profile| counters.add_indexed(profile)) {
+                Ok(()) => continue,
+                Err(e @ livecov::Error::Mismatch(_)) => {
+                    return Err(e).with_context(|| format!("merging indexed profile {}", path.display()))
+                }
+                Err(e) => return Err(e).with_context(|| format!("reading indexed profile {}", path.display())),
+            }
+        }
         match reader.read_into(&data, &mut counters) {
             Ok(profiles) => ids.extend(profiles.into_iter().map(|p| (path.clone(), p))),
             Err(e @ livecov::Error::Mismatch(_)) => {

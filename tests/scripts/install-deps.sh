@@ -6,14 +6,15 @@
 #   C/C++ fixtures (clang-13's libclang_rt.profile is in libclang-common-13-dev,
 #   which clang-13 depends on; there is no libclang-rt-13-dev);
 # - llvm-profdata-14 and llvm-profdata-13, to index clang-14 and clang-13
-#   profiles for llvm-cov 22;
+#   profiles for llvm-cov 22, and llvm-profdata-19, for indexed profiles of
+#   LLVM 19 as livecov's input;
 # - cmake and pkg-config, to build C programs against liblivecov as the docs say;
 # - jq, which the docs' examples use to read livecov's JSON (tests/tests/docs.rs runs them),
 #   and lcov (genhtml) and kubectl (`kubectl kustomize`, no cluster), which docs/kubernetes.md runs;
 # - Node.js and npm, for the Node hook and its fixtures.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov chromium)
+apt_packages=(clang-19 clang-14 clang-13 llvm-19 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov chromium)
 
 missing=()
 for p in "${apt_packages[@]}"; do
