@@ -9,6 +9,9 @@
   then the three sections.
 - corpus/profile: one .profraw of every fixture run, and the real profiles
   of the unit tests (agent-rust/src/profile/real_profiles.rs).
+- corpus/indexed_profile: the profiles of every fixture run indexed by each
+  llvm-profdata there is (rustup's LLVM 22, Debian's 19, 14 and 13) that
+  reads them.
 
 Usage: agent-rust/fuzz/seed-corpus.py   (from anywhere; idempotent)
 """
@@ -90,6 +93,22 @@ def main():
         save(FUZZ / "corpus" / "profile", bytes.fromhex("".join(re.findall(r'"([0-9a-f]*)"', block))))
         n += 1
     print(f"corpus/profile: {n} seeds")
+
+    sysroot = subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True).stdout.strip()
+    tools = [str(p) for p in pathlib.Path(sysroot).glob("lib/rustlib/*/bin/llvm-profdata")]
+    tools += [t for t in map(shutil.which, ["llvm-profdata-19", "llvm-profdata-14", "llvm-profdata-13"]) if t]
+    n = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "indexed.profdata"
+        for run in FIXTURES.glob("*/runs/*/*"):
+            profraws = sorted(map(str, run.glob("*.profraw")))
+            for tool in tools if profraws else []:
+                # Each llvm-profdata reads only its own LLVM's raw profiles.
+                merged = subprocess.run([tool, "merge", "-o", str(out)] + profraws, capture_output=True)
+                if merged.returncode == 0:
+                    save(FUZZ / "corpus" / "indexed_profile", out.read_bytes())
+                    n += 1
+    print(f"corpus/indexed_profile: {n} seeds")
 
 
 main()
