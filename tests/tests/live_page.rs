@@ -187,6 +187,10 @@ fn the_live_page_in_chromium_shows_the_merge_grow_with_traffic() {
     let metrics = sidecar.get("/metrics").text();
     assert!(metrics.contains("livecov_sidecar_requests_total{route=\"/\"} "), "{metrics}");
 
+    // One more step for the chart people look at below.
+    p2.get("/hello");
+    assert_eq!(sidecar.get("/").status, 200);
+
     // Screenshots for people to look at.
     let shots = livecov_tests::workspace_root().join("target/live-page");
     std::fs::create_dir_all(&shots).expect("target/live-page");
@@ -293,4 +297,30 @@ fn the_live_page_escapes_what_reports_say_and_serves_no_file_outside_the_source_
     let out = livecov(&["sidecar", "--socket", socket.to_str().unwrap(), "--source-root", &secret]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--source-root"), "{out:?}");
+}
+
+#[test]
+fn with_a_poll_interval_the_chart_follows_the_polls_while_nobody_looks() {
+    let dir = scratch("live-page", "polls");
+    let cov = dir.join("cov");
+    let p = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    p.instance();
+    let cov_arg = cov.to_str().unwrap();
+    let sidecar = Sidecar::start(&["--dir", cov_arg, "--listen", "127.0.0.1:0", "--poll-interval", "0.2"], None);
+    // Rounds, read from /metrics, which merges nothing: a poll merges
+    // before the next poll starts.
+    let rounds = || {
+        let metrics = sidecar.get("/metrics").text();
+        let line = metrics.lines().find_map(|l| l.strip_prefix("livecov_sidecar_rounds_total ")).map(str::to_owned);
+        line.and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(0)
+    };
+    wait_for("a first poll and its merge", || (rounds() >= 2).then_some(()));
+    p.get("/fib?n=5");
+    // The round after the next one started after the traffic; its merge
+    // is done when the one after it is counted.
+    let seen = rounds();
+    wait_for("a poll after the traffic, and its merge", || (rounds() >= seen + 3).then_some(()));
+    // The first request for coverage: the points before it are the polls'.
+    let page = sidecar.get("/?refresh=0").text();
+    assert!(chart_points(&page) >= 2, "the polls drew no step:\n{page}");
 }
