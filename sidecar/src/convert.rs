@@ -59,9 +59,20 @@ pub struct Args {
     /// Leave out branch records (BRDA, BRF, BRH).
     #[arg(long)]
     skip_branches: bool,
-    /// Only the per-file summary records (FNF/FNH, BRF/BRH, LF/LH).
+    /// Only the per-file summary records (FNF/FNH, BRF/BRH, LF/LH); in JSON,
+    /// only each file's and the total summaries.
     #[arg(long)]
     summary_only: bool,
+    /// `lcov`, or `json`: llvm-cov's JSON export (`llvm-cov export -format=text`),
+    /// with regions, segments, branches and summaries; names as compiled.
+    #[arg(long, value_enum, default_value_t = Format::Lcov, conflicts_with = "go_coverdir")]
+    format: Format,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Lcov,
+    Json,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -109,13 +120,15 @@ pub fn run(args: Args) -> Result<()> {
             coverage.mismatched.len()
         );
     }
+    let write = |out: &mut dyn Write| match args.format {
+        Format::Lcov => lcov::write_to(&coverage, &options, &mut &mut *out),
+        Format::Json => livecov::json_export::write_to(&coverage, &options, &mut &mut *out),
+    };
     match &args.output {
-        Some(out) => write_atomically(out, |file| lcov::write_to(&coverage, &options, file))?,
+        Some(out) => write_atomically(out, |file| write(file))?,
         None => {
             let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            lcov::write_to(&coverage, &options, &mut stdout)
-                .and_then(|()| stdout.flush())
-                .context("writing to standard output")?
+            write(&mut stdout).and_then(|()| stdout.flush()).context("writing to standard output")?
         }
     }
     // The process ends here: freeing the coverage, the mapping and the

@@ -19,8 +19,8 @@ use crate::error::{Error, Result};
 pub(crate) const MAGIC: u64 = 0x8169_666f_7270_6cff;
 
 /// Indexed versions read: 4 (the first with a summary, LLVM 3.9) to 13
-/// (LLVM 22). LLVM 11 to 13 write 7, 14 and 15 write 7 or 8, 16 writes 9,
-/// 17 writes 10, 18 writes 11 or 12, 19 to 21 write 12 and 22 writes 13.
+/// (LLVM 22). LLVM 13 and 14 write 7, 19 writes 12, 22 writes 13, whose
+/// layout is 12's in all that is read here.
 const OLDEST: u32 = 4;
 const NEWEST: u32 = 13;
 
