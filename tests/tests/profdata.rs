@@ -147,8 +147,8 @@ fn indexed_profiles_of_llvm_profdata_14_and_13_match_llvm_cov() {
 
 #[test]
 fn indexed_versions_4_to_6_read_as_llvm_cov_reads_them() {
-    // Versions 4 to 7 differ in how compilers hash functions, not in layout:
-    // LLVM 14's version 7 file relabelled is what older tools wrote.
+    // Versions 4 to 7 share one layout (they differ in what compilers count
+    // and hash): LLVM 14's version 7 file relabelled is what older tools wrote.
     let f = fixture("c-clang14");
     let run = &f.runs[0];
     let profdata = indexed(&profdata_tool(Toolchain::Clang14), run, "indexed-v7.profdata");
