@@ -252,3 +252,87 @@ fn damaged_indexed_profiles_are_errors_never_panics() {
     assert!(stderr.contains("reading indexed profile") && stderr.contains("truncated.profdata"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// `fixtures/c` built by clang-19 with MC/DC (`-fcoverage-mcdc`) and run
+/// twice; returns the binary and its raw profiles.
+fn mcdc_build(dir: &Path) -> (PathBuf, Vec<PathBuf>) {
+    std::fs::create_dir_all(dir).expect("create the MC/DC build folder");
+    let binary = dir.join("main");
+    let mut clang = Command::new(debian_tool("clang-19", "clang-19"));
+    clang
+        .args(["-fprofile-instr-generate", "-fcoverage-mapping", "-fcoverage-mcdc", "-O0", "main.c", "util.c", "-o"])
+        .arg(&binary)
+        .current_dir(livecov_tests::workspace_root().join("fixtures/c"));
+    run_checked(&mut clang, "clang-19 -fcoverage-mcdc");
+    let runs: [&[&str]; 2] = [&["classify", "5", "-3", "0", "12", "-40"], &["grade", "95", "81", "42", "120"]];
+    let profraws = runs
+        .iter()
+        .enumerate()
+        .map(|(i, args)| {
+            let profraw = dir.join(format!("{i}.profraw"));
+            let mut run = Command::new(&binary);
+            run.args(*args).env("LLVM_PROFILE_FILE", &profraw).current_dir(dir);
+            run_checked(&mut run, "the MC/DC build");
+            profraw
+        })
+        .collect();
+    (binary, profraws)
+}
+
+#[test]
+fn mcdc_bitmaps_of_indexed_profiles_are_those_of_the_raw_profiles() {
+    let dir = livecov_tests::workspace_root().join(format!("target/profdata-mcdc/{}", std::process::id()));
+    let (binary, profraws) = mcdc_build(&dir);
+    let mut raw = Counters::new();
+    let mut reader = livecov::profile::ProfileReader::new();
+    for p in &profraws {
+        reader.read_into(&std::fs::read(p).expect("read"), &mut raw).expect("a raw profile");
+    }
+    let f = Fixture {
+        name: "c-mcdc".into(),
+        toolchain: Toolchain::Clang19,
+        source_dir: dir.clone(),
+        sources: Vec::new(),
+        binary,
+        objects: Vec::new(),
+        runs: Vec::new(),
+    };
+    for (tool, version) in [(llvm_tool("llvm-profdata"), 13), (llvm_profdata_19(), 12)] {
+        let profdata = merge(&tool, &profraws, &dir.join(format!("v{version}.profdata")));
+        let profile = read_indexed_profile(&std::fs::read(&profdata).expect("read")).expect("an indexed profile");
+        assert_eq!(profile.version, version);
+        assert!(profile.records.iter().any(|r| r.counters.bitmap.iter().any(|&b| b != 0)), "no MC/DC bitmap was set");
+        for r in &profile.records {
+            let c = &r.counters;
+            match raw.lookup(c.name_ref, c.hash) {
+                Lookup::Found { counters, bitmap } => {
+                    assert_eq!((counters, bitmap), (&c.counters[..], &c.bitmap[..]), "{} in version {version}", r.name)
+                }
+                other => panic!("{} of version {version} is {other:?} in the raw profiles", r.name),
+            }
+        }
+        check_indexed(&f, &profdata, &format!("MC/DC build / version {version}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn versions_and_hash_types_livecov_does_not_read_are_refused_saying_what_to_do() {
+    let f = fixture("c-clang19");
+    let profdata = indexed(&llvm_tool("llvm-profdata"), &f.runs[0], "refused.profdata");
+    let bytes = std::fs::read(&profdata).expect("read");
+    let with = |at: usize, value: u8| {
+        let mut changed = bytes.clone();
+        changed[at] = value;
+        read_indexed_profile(&changed).expect_err("refused").to_string()
+    };
+    let newer = with(8, 14);
+    assert!(newer.contains("version 14") && newer.contains("raw profiles"), "{newer}");
+    let older = with(8, 3);
+    assert!(older.contains("version 3") && older.contains("llvm-profdata merge"), "{older}");
+    let hash = with(24, 1);
+    assert!(hash.contains("hash type 1"), "{hash}");
+    // The indexed magic given where only raw profiles go names what it is.
+    let not_raw = livecov::profile::read_raw_profiles(&bytes).expect_err("not a raw profile").to_string();
+    assert!(not_raw.contains("indexed profile"), "{not_raw}");
+}

@@ -69,8 +69,9 @@ pub fn read_indexed_profile(data: &[u8]) -> Result<IndexedProfile> {
     let version = word as u32;
     if version < OLDEST {
         return Err(Error::Unsupported(format!(
-            "indexed profile version {version} is older than LLVM 3.9; merge it again with a \
-             newer llvm-profdata (`llvm-profdata merge -o new.profdata old.profdata`)"
+            "indexed profile version {version} was written by an LLVM older than 3.9, which \
+             livecov does not read; merge it again with a newer llvm-profdata \
+             (`llvm-profdata merge -o new.profdata old.profdata`)"
         )));
     }
     if version > NEWEST {
