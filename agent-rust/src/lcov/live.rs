@@ -69,7 +69,8 @@ struct Stretch {
     functions: Vec<usize>,
     /// For a stretch of many functions (a header's macros, expanded all
     /// over the program), their parts and those combined: a dump updates
-    /// them by the difference of the functions that ran.
+    /// them by the difference of the functions that ran (from the first
+    /// dump after the first that reaches it).
     kept: Option<Box<Kept>>,
     /// Where its `DA` and `BRDA` lines are in the record's text.
     da: std::ops::Range<usize>,
@@ -178,12 +179,9 @@ impl LiveFile {
             let mut stretch = Stretch {
                 lines: (lo, hi),
                 functions: functions.iter().map(|&at| coverage.functions[at].mapping_index).collect(),
-                kept: (functions.len() > KEPT_PARTS).then(|| {
-                    Box::new(Kept { parts: functions.iter().map(|_| Part::default()).collect(), ..Kept::default() })
-                }),
                 ..Stretch::default()
             };
-            stretch.compute(coverage, file, &all, k + 1 < n, &mut data);
+            stretch.compute(coverage, file, &all, k + 1 < n, false, &mut data);
             for &i in &stretch.functions {
                 live.stretches_of.push((i, k));
             }
@@ -238,7 +236,7 @@ impl LiveFile {
         let mut data = CoverageData::default();
         let n = self.stretches.len();
         for k in stretches {
-            self.stretches[k].compute(coverage, self.file, &loaded, k + 1 < n, &mut data);
+            self.stretches[k].compute(coverage, self.file, &loaded, k + 1 < n, true, &mut data);
         }
         for g in groups {
             self.groups[g].compute(coverage, &loaded, &mut data);
@@ -317,15 +315,22 @@ impl Stretch {
     /// Its lines and branches, with the parts of the `loaded` functions
     /// ((mapping index, place in `coverage`), by mapping index) computed
     /// again and the others as they were; `followed`: stretches come after
-    /// it.
+    /// it; `keep`: a stretch of many functions is to keep their parts.
     fn compute<'m>(
         &mut self,
         coverage: &Coverage<'m>,
         file: FileName,
         loaded: &[(usize, usize)],
         followed: bool,
+        keep: bool,
         data: &mut CoverageData<'m>,
     ) {
+        // Kept from the first dump after the first: the first one computes
+        // every stretch once and should cost no more than that.
+        if keep && self.kept.is_none() && self.functions.len() > KEPT_PARTS {
+            // Every function of the stretch is in `loaded` this time.
+            self.kept = Some(Box::new(Kept { parts: self.functions.iter().map(|_| Part::default()).collect(), ..Kept::default() }));
+        }
         let mut brda = String::new();
         match &mut self.kept {
             Some(kept) => {
