@@ -13,6 +13,10 @@
 //! profiles) are checked and skipped; byte-coverage counters are turned
 //! into counts (a cleared byte is 1, anything else 0).
 //!
+//! [`read_indexed_profile`] reads an indexed profile (`.profdata`, what
+//! `llvm-profdata merge` writes; [`is_indexed_profile`] tells one by its
+//! magic) and [`Counters::add_indexed`] merges it with raw profiles.
+//!
 //! The layout facts live in [`RecordLayout`], and [`decode_records`] decodes
 //! data records from any byte slices: this is the seam for an in-process
 //! agent that reads a loaded module's `__llvm_prf_data`, `__llvm_prf_cnts`
