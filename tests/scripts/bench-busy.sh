@@ -42,21 +42,8 @@ die() { log "$*"; exit 1; }
 for t in curl ss; do command -v "$t" >/dev/null || die "$t missing"; done
 
 # --- builds --------------------------------------------------------------------
-if [ -n "${BENCH_BUSY_REV:-}" ]; then
-    sha=$(git -C "$root" rev-parse --verify "$BENCH_BUSY_REV^{commit}") || die "no commit $BENCH_BUSY_REV"
-    src="$root/target/bench-busy-rev/src"
-    build_dir="$root/target/bench-busy-rev/target"
-    rm -rf "$src"
-    mkdir -p "$src"
-    git -C "$root" archive "$sha" | tar -x -C "$src"
-    label="liblivecov ${sha:0:7}"
-else
-    src="$root"
-    build_dir="$root/target"
-    label="liblivecov $(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')"
-    [ -z "$(git -C "$root" status --porcelain --untracked-files=no -- agent-rust agent-native 2>/dev/null)" ] ||
-        label="$label + uncommitted changes"
-fi
+sources_of "${BENCH_BUSY_REV:-}" bench-busy
+label="liblivecov $rev_label"
 log "building $label (release-native)"
 (cd "$src" && "${clean_env[@]}" CARGO_TARGET_DIR="$build_dir" cargo build --quiet -p livecov-native --profile release-native) ||
     die "the build of liblivecov failed"

@@ -35,3 +35,29 @@ wait_for() {
     done
     return 1
 }
+
+# sources_of REV NAME: the sources to build and measure. With a commit REV,
+# its files (from `git archive`, in target/NAME-rev, kept) and a target
+# folder of their own; else the checkout's. Sets src, build_dir and
+# rev_label (the commit, "+ uncommitted changes" when the checkout has some).
+sources_of() {
+    local rev=$1 name=$2 sha
+    if [ -n "$rev" ]; then
+        sha=$(git -C "$root" rev-parse --verify --quiet "$rev^{commit}") || { echo "$name: $rev is not a commit" >&2; exit 1; }
+        src="$root/target/$name-rev/src-$sha"
+        if [ ! -f "$src/Cargo.toml" ]; then
+            rm -rf "$src.tmp"
+            mkdir -p "$src.tmp"
+            git -C "$root" archive "$sha" | tar -x -C "$src.tmp"
+            mv "$src.tmp" "$src"
+        fi
+        build_dir="$root/target/$name-rev/target"
+        rev_label=${sha:0:7}
+    else
+        src="$root"
+        build_dir="$root/target"
+        rev_label=$(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')
+        [ -z "$(git -C "$root" status --porcelain --untracked-files=no -- agent-rust agent-native sidecar 2>/dev/null)" ] ||
+            rev_label="$rev_label + uncommitted changes"
+    fi
+}

@@ -81,25 +81,8 @@ source "$root/tests/scripts/bench-common.sh"
 # BENCH_FLEET_REV=COMMIT measures livecov and liblivecov of that commit (its
 # files from `git archive`, built in target/bench-fleet-rev), e.g. to compare
 # with an older one; by default the checkout's own files.
-rev=${BENCH_FLEET_REV:-}
-if [ -n "$rev" ]; then
-    sha=$(git -C "$root" rev-parse --verify --quiet "$rev^{commit}") || die "BENCH_FLEET_REV=$rev is not a commit"
-    src="$root/target/bench-fleet-rev/src-$sha"
-    if [ ! -f "$src/Cargo.toml" ]; then
-        rm -rf "$src.tmp"
-        mkdir -p "$src.tmp"
-        git -C "$root" archive "$sha" | tar -x -C "$src.tmp"
-        mv "$src.tmp" "$src"
-    fi
-    build_dir="$root/target/bench-fleet-rev/target"
-    livecov_label="livecov ${sha:0:7}"
-else
-    src="$root"
-    build_dir="$root/target"
-    livecov_label="livecov $(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?')"
-    [ -z "$(git -C "$root" status --porcelain --untracked-files=no -- agent-rust agent-native sidecar 2>/dev/null)" ] ||
-        livecov_label="$livecov_label + uncommitted changes"
-fi
+sources_of "${BENCH_FLEET_REV:-}" bench-fleet
+livecov_label="livecov $rev_label"
 log "building $livecov_label (release) and liblivecov (release-native)"
 (
     cd "$src"
