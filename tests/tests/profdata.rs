@@ -135,6 +135,19 @@ fn indexed_profiles_of_llvm_profdata_14_and_13_match_llvm_cov() {
             check_indexed(f, &profdata, &format!("{name} / {}", run.label));
         }
     }
+    // LLVM 14's indexed profile of one execution with the raw profiles of the others.
+    let f = fixture("c-clang14");
+    let tool = profdata_tool(Toolchain::Clang14);
+    for run in f.runs.iter().filter(|run| run.profraws.len() >= 2) {
+        let (first, rest) = run.profraws.split_at(1);
+        let part = merge(&tool, first, &run.dir.join("first-14.profdata"));
+        let mut inputs = rest.to_vec();
+        inputs.push(part.clone());
+        let expected = llvm_cov(f, &merge(&tool, &inputs, &run.dir.join("mixed-14.profdata")));
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"--instr-profile", &part, &"--profraw"];
+        args.extend(rest.iter().map(|p| p as &dyn AsRef<std::ffi::OsStr>));
+        assert_same(&format!("c-clang14 / {}: LLVM 14's --instr-profile with --profraw", run.label), &convert_ok(f, &args), &expected);
+    }
     // The newer compilers' counters, indexed by LLVM 14 from the text format.
     for name in RAW_V10 {
         let f = fixture(name);
