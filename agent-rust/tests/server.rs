@@ -43,7 +43,7 @@ impl Service for Fake {
         let content_type = match q.format {
             Format::Lcov => "text/plain; charset=utf-8",
             Format::Profraw => "application/octet-stream",
-            Format::Json => "application/json",
+            Format::Json | Format::LlvmJson => "application/json",
             Format::Counters | Format::Mapping => "application/gzip",
         };
         let tn = q.test.clone().unwrap_or_default();

@@ -43,6 +43,11 @@ fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
 /// The LCOV llvm-cov 22 computes from raw profiles of the service, filtered
 /// as the agent filters.
 fn llvm_cov_lcov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
+    llvm_cov_export("lcov", profraws, objects, dir)
+}
+
+/// `llvm-cov export -format=FORMAT` over `profraws`, with the agent's filters.
+fn llvm_cov_export(format: &str, profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
     let profdata = dir.join("merged.profdata");
     let status = Command::new(llvm_tool("llvm-profdata"))
         .arg("merge")
@@ -53,7 +58,7 @@ fn llvm_cov_lcov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String 
         .expect("run llvm-profdata");
     assert!(status.success(), "llvm-profdata merge failed");
     let mut cmd = Command::new(llvm_tool("llvm-cov"));
-    cmd.args(["export", "-format=lcov"]).arg(service_bin());
+    cmd.arg("export").arg(format!("-format={format}")).arg(service_bin());
     for o in objects {
         cmd.arg("-object").arg(o);
     }
@@ -123,6 +128,46 @@ fn profraw_of_a_snapshot_gives_the_same_lcov_through_llvm_cov() {
     let expected = llvm_cov_lcov(&[path], &[plugin()], &s.dir);
     assert_eq!(lcov, expected, "the agent's LCOV differs from llvm-cov over its own profraw");
     assert!(lcov.contains("plugin.c"), "the dlopen'ed plugin is not reported");
+}
+
+/// `?format=llvm-json` is llvm-cov's JSON export over the raw profile of
+/// the same moment, byte for byte; with `reset=1` the counts start again.
+#[test]
+fn llvm_json_is_llvm_cov_s_export_of_the_same_moment() {
+    let s = start("llvm-json", &["--plugin", plugin().to_str().expect("utf-8 path")], &[]);
+    s.get("/fib?n=9");
+    s.get("/plugin?x=5");
+    let json = |query: &str| {
+        let r = unix_request(&s.socket(), "GET", &format!("/coverage?format=llvm-json{query}"), &[]);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        r.text()
+    };
+    let (ours, profraw) = wait_for(|| {
+        let before = json("");
+        let r = unix_request(&s.socket(), "GET", "/coverage?format=profraw", &[]);
+        (json("") == before).then_some((before, r.body))
+    });
+    let path = s.dir.join("moment.profraw");
+    std::fs::write(&path, &profraw).expect("write the snapshot");
+    // llvm-cov lists every function; the agent leaves out those with no
+    // file in its report (its own code, the standard library's).
+    let mut expected: serde_json::Value =
+        serde_json::from_str(&llvm_cov_export("text", &[path], &[plugin()], &s.dir)).expect("llvm-cov's JSON");
+    let ignored = [regex::Regex::new(livecov::agent::DEFAULT_IGNORE).unwrap(), regex::Regex::new(&regex_escape(&format!("{}/", workspace_root().join("agent-rust/src").display()))).unwrap()];
+    let functions = expected["data"][0]["functions"].as_array_mut().expect("functions");
+    let before = functions.len();
+    functions.retain(|f| f["filenames"].as_array().unwrap().iter().any(|n| !ignored.iter().any(|re| re.is_match(n.as_str().unwrap()))));
+    assert!(functions.len() < before, "nothing of llvm-cov's was left out: the check shows nothing");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&ours).expect("the agent's JSON"), expected);
+    assert!(ours.contains("handlers.rs") && ours.contains("plugin.c"), "{}", &ours[..ours.len().min(300)]);
+    // A dump-and-reset answers the counts so far, then they start again.
+    let fib_count = |doc: &str| {
+        let v: serde_json::Value = serde_json::from_str(doc).expect("JSON");
+        v["data"][0]["functions"].as_array().expect("functions").iter().find(|f| f["name"].as_str().is_some_and(|n| n.contains("handlers3fib"))).map(|f| f["count"].as_u64().unwrap_or(0))
+    };
+    assert_eq!(fib_count(&json("&reset=1")), Some(1));
+    assert_eq!(fib_count(&json("")), Some(0));
 }
 
 #[test]

@@ -215,13 +215,7 @@ impl Engine {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.functions.is_empty() {
-            // A function with no file in reports (the standard library's, a
-            // dependency's, what LIVECOV_IGNORE matches) changes no byte of
-            // one: not kept. That is most of a Rust service's mapping.
-            let ignored: Vec<bool> =
-                self.mapping.files.iter().map(|f| options.ignore.iter().any(|re| re.is_match(f))).collect();
-            self.mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
-            self.mapping.functions.shrink_to_fit();
+            drop_unreported(&mut self.mapping, options.ignore);
             self.last.functions_of_file = vec![Vec::new(); self.mapping.files.len()];
             for (i, f) in self.mapping.functions.iter().enumerate() {
                 self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
@@ -327,14 +321,7 @@ impl Engine {
                 None => state.records.clone(),
                 Some(changed) => changed.records[i].iter().map(|&j| state.records[j].clone()).collect(),
             };
-            counters.add(RawProfile {
-                version: m.layout.version,
-                variant: m.layout.variant,
-                byte_coverage: m.layout.variant.byte_coverage,
-                binary_ids: m.build_id.iter().cloned().collect(),
-                records: selected,
-                names: m.names.clone(),
-            })?;
+            counters.add(raw_profile(m, selected))?;
         }
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
@@ -429,6 +416,33 @@ impl Engine {
         }
         last.report = report.into();
         Ok(last.report.clone())
+    }
+
+    /// llvm-cov's JSON export (`llvm-cov export -format=text`) of the
+    /// counts since start (or the last reset), files matched by `options`'
+    /// ignore patterns left out as `-ignore-filename-regex` leaves them out,
+    /// and functions with no other file left out of `functions` too (there
+    /// llvm-cov lists every function: the agent's own, which run at every
+    /// dump, would make no two answers alike). Computed whole each time.
+    pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
+        let snapshots = self.snapshot()?;
+        let mut mapping = CoverageMapping::new();
+        let mut counters = Counters::new();
+        for (m, snap) in self.modules.iter().zip(&snapshots) {
+            let image = map_file(&m.id, self.is_main(m))?;
+            mapping.add_object(&image).map_err(|e| e.context(&m.id.path.display().to_string()))?;
+            let records = m.records_with_spans(snap)?.into_iter().map(|(r, _)| r).collect();
+            counters.add(raw_profile(m, records))?;
+        }
+        drop_unreported(&mut mapping, options.ignore);
+        let lcov_options = lcov::Options { ignore_filename_regex: options.ignore.to_vec(), ..lcov::Options::default() };
+        let mut out = Vec::new();
+        crate::json_export::write_to(&Coverage::new(&mapping, &counters), &lcov_options, &mut out)
+            .map_err(|source| Error::Io { path: "the JSON export".into(), source })?;
+        if reset {
+            self.rebase(&snapshots);
+        }
+        Ok(out)
     }
 
     /// A raw profile per module, concatenated, as the runtime would write
@@ -535,6 +549,27 @@ impl Engine {
         let snapshots = self.snapshot()?;
         self.rebase(&snapshots);
         Ok(())
+    }
+}
+
+/// Drops the functions with no file in reports (the standard library's, a
+/// dependency's, what LIVECOV_IGNORE matches): they change no byte of one,
+/// and they are most of a Rust service's mapping.
+fn drop_unreported(mapping: &mut CoverageMapping, ignore: &[Regex]) {
+    let ignored: Vec<bool> = mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect();
+    mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
+    mapping.functions.shrink_to_fit();
+}
+
+/// A module's records as a raw profile, for merging.
+fn raw_profile(m: &Module, records: Vec<FunctionCounters>) -> RawProfile {
+    RawProfile {
+        version: m.layout.version,
+        variant: m.layout.variant,
+        byte_coverage: m.layout.variant.byte_coverage,
+        binary_ids: m.build_id.iter().cloned().collect(),
+        records,
+        names: m.names.clone(),
     }
 }
 

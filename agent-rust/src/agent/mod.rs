@@ -376,13 +376,17 @@ impl Agent {
     /// [`Self::lcov`], shared with the agent's own copy (no copy of a
     /// report of megabytes per answer).
     fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<hyper::body::Bytes> {
-        let options = ReportOptions {
+        let options = self.report_options(test_name);
+        lock(&self.engine).lcov(&options, reset)
+    }
+
+    fn report_options<'a>(&'a self, test_name: Option<&'a str>) -> ReportOptions<'a> {
+        ReportOptions {
             ignore: self.ignore.get_or_init(|| config::ignore_patterns(self.config.ignore.as_ref())),
             demangle: self.config.demangle,
             test_name,
             path_map: &self.config.path_map,
-        };
-        lock(&self.engine).lcov(&options, reset)
+        }
     }
 
     /// Makes the current counts the zero of later reports (as `POST /reset`).
@@ -536,6 +540,11 @@ impl Service for Handle {
                 let lcov = agent.report(query.test.as_deref(), query.reset).map_err(internal)?;
                 let lcov = String::from_utf8_lossy(&lcov);
                 let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
+                Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
+            }
+            Format::LlvmJson => {
+                let options = agent.report_options(query.test.as_deref());
+                let bytes = lock(&agent.engine).llvm_json(&options, query.reset).map_err(internal)?;
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }
             Format::Counters | Format::Mapping => {

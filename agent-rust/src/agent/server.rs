@@ -111,11 +111,13 @@ pub enum Format {
     Counters,
     /// The build mapping (gzip) the counters go with (`crate::fleet`).
     Mapping,
+    /// llvm-cov's JSON export (`llvm-cov export -format=text`).
+    LlvmJson,
 }
 
 impl Format {
     /// The valid `format=` values, for error messages.
-    pub const VALID: &'static str = "lcov, profraw, json, counters, mapping";
+    pub const VALID: &'static str = "lcov, profraw, json, counters, mapping, llvm-json";
 
     /// Parses a `format=` value (exact, lower case).
     pub fn parse(s: &str) -> Option<Format> {
@@ -125,6 +127,7 @@ impl Format {
             "json" => Some(Format::Json),
             "counters" => Some(Format::Counters),
             "mapping" => Some(Format::Mapping),
+            "llvm-json" => Some(Format::LlvmJson),
             _ => None,
         }
     }
@@ -136,6 +139,7 @@ impl Format {
             Format::Profraw => "profraw",
             Format::Json => "json",
             Format::Counters => "counters",
+            Format::LlvmJson => "llvm-json",
             Format::Mapping => "mapping",
         }
     }
