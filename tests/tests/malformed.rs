@@ -1115,9 +1115,13 @@ fn convert_command_reports_bad_inputs() {
     let text = write_scratch("notes.profraw", b"these are not counters\n");
     assert_fails(binary, &[&text], &text, &["text"]);
 
-    // An indexed profile where a raw one is expected.
-    let profdata = write_scratch("merged.profdata", &profdata_of(f));
-    assert_fails(binary, &[&profdata], &profdata, &["indexed profile"]);
+    // An indexed profile among the raw ones is read as one (its magic says
+    // so); a truncated one is refused, naming it.
+    let indexed = profdata_of(f);
+    let profdata = write_scratch("merged.profdata", &indexed);
+    assert!(convert(binary, &[&profdata]).0, "an indexed profile is read");
+    let cut = write_scratch("cut.profdata", &indexed[..indexed.len() / 2]);
+    assert_fails(binary, &[&cut], &cut, &["indexed profile"]);
 
     // A file that does not exist.
     let missing = scratch_dir().join("missing.profraw");
