@@ -1389,4 +1389,11 @@ fn tekton_task_defaults_reach_livecov_and_fail_on_dns_only() {
     let out = run.run(&b, &[("reset", "yes")]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("param reset must be \"true\" or \"false\""), "{}", out.stderr);
+
+    // allow-empty reaches livecov as --allow-empty, and is checked too.
+    let out = run.run(&b, &[("test", "empty"), ("allow-empty", "true")]);
+    assert!(!out.stderr.contains("Usage:") && !out.stderr.contains("unexpected argument"), "{}", out.stderr);
+    let out = run.run(&b, &[("allow-empty", "maybe")]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("param allow-empty must be \"true\" or \"false\""), "{}", out.stderr);
 }
