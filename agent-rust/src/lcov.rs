@@ -156,31 +156,9 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
     out.push_str(coverage.mapping.file_name(file));
     out.push('\n');
     if !options.summary_only && !options.skip_functions {
-        // Each name is demangled once, for both of its records.
-        let mut names = String::new();
-        let mut ends = Vec::new();
-        for f in coverage.functions_in(file) {
-            write_display_name(&mut names, f.name, options.no_demangle);
-            ends.push(names.len());
-        }
-        let mut start = 0;
-        for (f, &end) in coverage.functions_in(file).zip(&ends) {
-            out.push_str("FN:");
-            push_int(out, f.regions.first().map_or(0, |r| r.region.line_start));
-            out.push(',');
-            out.push_str(&names[start..end]);
-            out.push('\n');
-            start = end;
-        }
-        let mut start = 0;
-        for (f, &end) in coverage.functions_in(file).zip(&ends) {
-            out.push_str("FNDA:");
-            push_int(out, f.execution_count);
-            out.push(',');
-            out.push_str(&names[start..end]);
-            out.push('\n');
-            start = end;
-        }
+        let (names, ends) = defined_names(coverage, file, options.no_demangle);
+        write_fn_lines(out, coverage, file, &names, &ends);
+        write_fnda_lines(out, coverage.functions_in(file).map(|f| f.execution_count), &names, &ends);
     }
 
     let mut data = CoverageData::default();
@@ -190,19 +168,7 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
 
     if !options.summary_only {
         coverage.for_file_into(file, &mut data);
-        line_stats(&data.segments, |s, run| {
-            if s.mapped {
-                let mut count = itoa::Buffer::new();
-                let count = count.format(s.count);
-                for line in s.line..s.line + run {
-                    out.push_str("DA:");
-                    push_int(out, line);
-                    out.push(',');
-                    out.push_str(count);
-                    out.push('\n');
-                }
-            }
-        });
+        write_lines(out, &data.segments);
         if !options.skip_branches {
             write_branches(out, coverage, &data);
         }
@@ -214,6 +180,61 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
     push_line(out, "LF:", summary.lines);
     push_line(out, "LH:", summary.lines_hit);
     out.push_str("end_of_record\n");
+}
+
+/// The display names of the functions defined in `file`, each demangled
+/// once for both of its records: the i-th is `names[ends[i-1]..ends[i]]`.
+fn defined_names(coverage: &Coverage<'_>, file: FileName, no_demangle: bool) -> (String, Vec<usize>) {
+    let (mut names, mut ends) = (String::new(), Vec::new());
+    for f in coverage.functions_in(file) {
+        write_display_name(&mut names, f.name, no_demangle);
+        ends.push(names.len());
+    }
+    (names, ends)
+}
+
+/// The `FN` lines of the functions defined in `file`, named by
+/// [`defined_names`].
+fn write_fn_lines(out: &mut String, coverage: &Coverage<'_>, file: FileName, names: &str, ends: &[usize]) {
+    let mut start = 0;
+    for (f, &end) in coverage.functions_in(file).zip(ends) {
+        out.push_str("FN:");
+        push_int(out, f.regions.first().map_or(0, |r| r.region.line_start));
+        out.push(',');
+        out.push_str(&names[start..end]);
+        out.push('\n');
+        start = end;
+    }
+}
+
+/// The `FNDA` lines: each function's count and name (see [`defined_names`]).
+fn write_fnda_lines(out: &mut String, counts: impl Iterator<Item = u64>, names: &str, ends: &[usize]) {
+    let mut start = 0;
+    for (count, &end) in counts.zip(ends) {
+        out.push_str("FNDA:");
+        push_int(out, count);
+        out.push(',');
+        out.push_str(&names[start..end]);
+        out.push('\n');
+        start = end;
+    }
+}
+
+/// The `DA` lines of `segments`: every mapped line with its count.
+fn write_lines(out: &mut String, segments: &[crate::coverage::Segment]) {
+    line_stats(segments, |s, run| {
+        if s.mapped {
+            let mut count = itoa::Buffer::new();
+            let count = count.format(s.count);
+            for line in s.line..s.line + run {
+                out.push_str("DA:");
+                push_int(out, line);
+                out.push(',');
+                out.push_str(count);
+                out.push('\n');
+            }
+        }
+    });
 }
 
 /// Appends a number without the formatting machinery: reports have

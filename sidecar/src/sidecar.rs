@@ -1133,10 +1133,9 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
     let (text, instances, failed) = if reset {
         let outcome = sc.reset(true).await;
         let n = outcome.entries.len();
-        let Ok(_permit) = sc.merges.acquire().await else { return error(503, "shutting down") };
-        match merge_entries(outcome.entries, test, sc.options.max_body).await {
+        match merge_now(sc, outcome.entries, test).await {
             Ok(text) => (text, n, outcome.failed.len()),
-            Err(e) => return error(500, &e),
+            Err(r) => return r,
         }
     } else {
         let seen = sc.round_seq.load(Ordering::Acquire);
@@ -1146,11 +1145,23 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
             Err(e) => return error(500, &e),
         }
     };
-    let mut r = if json {
+    let r = if json {
         ok("application/json", Bytes::from(summary_json(&text, instances, failed)))
     } else {
         ok("text/plain; charset=utf-8", text)
     };
+    counted(r, instances, failed)
+}
+
+/// The merge of `entries` (those a reset handed back), one of the merges
+/// computed at once.
+async fn merge_now(sc: &Sidecar, entries: Vec<Entry>, test: Option<String>) -> Result<Bytes, Resp> {
+    let Ok(_permit) = sc.merges.acquire().await else { return Err(error(503, "shutting down")) };
+    merge_entries(entries, test, sc.options.max_body).await.map_err(|e| error(500, &e))
+}
+
+/// `r` with the headers of a merge: instances merged, targets failed.
+fn counted(mut r: Resp, instances: usize, failed: usize) -> Resp {
     let h = r.headers_mut();
     h.insert("livecov-instances", HeaderValue::from(instances));
     h.insert("livecov-targets-failed", HeaderValue::from(failed));
@@ -1271,29 +1282,25 @@ async fn counters(sc: &Sidecar, test: Option<String>, reset: bool) -> Resp {
         Err(_) => return error(500, "internal error while summing counters"),
     };
     let Some((id, body)) = sum else {
-        if !reset {
-            return coverage(sc, test, false, false).await;
-        }
+        // The round above is this answer's: the merge is taken as it left it.
         let n = entries.len();
-        let Ok(_permit) = sc.merges.acquire().await else { return error(503, "shutting down") };
-        return match merge_entries(entries, test, max).await {
-            Ok(text) => {
-                let mut r = ok("text/plain; charset=utf-8", text);
-                r.headers_mut().insert("livecov-instances", HeaderValue::from(n));
-                r.headers_mut().insert("livecov-targets-failed", HeaderValue::from(failed.unwrap_or(0)));
-                r
-            }
-            Err(e) => error(500, &e),
+        let (text, n, failed) = match failed {
+            Some(failed) => match merge_now(sc, entries, test).await {
+                Ok(text) => (text, n, failed),
+                Err(r) => return r,
+            },
+            None => match sc.merged(test).await {
+                Ok((text, n)) => (text, n, sc.counts().1),
+                Err(e) => return error(500, &e),
+            },
         };
+        return counted(ok("text/plain; charset=utf-8", text), n, failed);
     };
     let mut r = ok("application/gzip", Bytes::from(body));
-    let h = r.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&id) {
-        h.insert(MAPPING_HEADER, v);
+        r.headers_mut().insert(MAPPING_HEADER, v);
     }
-    h.insert("livecov-instances", HeaderValue::from(entries.len()));
-    h.insert("livecov-targets-failed", HeaderValue::from(failed.unwrap_or_else(|| sc.counts().1)));
-    r
+    counted(r, entries.len(), failed.unwrap_or_else(|| sc.counts().1))
 }
 
 /// `?format=mapping`: the build mapping named by the request's

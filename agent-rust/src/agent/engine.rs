@@ -263,7 +263,6 @@ impl Engine {
         self.last.functions = functions;
         self.last.functions_of_file = functions_of_file;
         self.last.modules = states;
-        self.last.written_with = written_with;
         self.report(options, None)
     }
 

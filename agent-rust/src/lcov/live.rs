@@ -26,7 +26,8 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{function_summary, line_stats, placed_branches, push_int, push_line, write_display_name, write_placed_branches};
+use super::{defined_names, function_summary, placed_branches, push_line, write_fn_lines, write_fnda_lines};
+use super::{write_lines, write_placed_branches};
 use super::{CombinedBranches, PlacedBranch, Summary};
 use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span};
 use crate::mapping::FileName;
@@ -108,23 +109,10 @@ impl LiveFile {
     /// touching it. `sf` is its `SF:` line as reports show it.
     pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> LiveFile {
         let mut head = sf;
-        let (mut defined, mut names, mut ends) = (Vec::new(), String::new(), Vec::new());
-        for f in coverage.functions_in(file) {
-            write_display_name(&mut names, f.name, no_demangle);
-            ends.push(names.len());
-            defined.push(f.mapping_index);
-        }
-        let mut start = 0;
-        for (f, &end) in coverage.functions_in(file).zip(&ends) {
-            head.push_str("FN:");
-            push_int(&mut head, f.regions.first().map_or(0, |r| r.region.line_start));
-            head.push(',');
-            head.push_str(&names[start..end]);
-            head.push('\n');
-            start = end;
-        }
+        let (names, ends) = defined_names(coverage, file, no_demangle);
+        write_fn_lines(&mut head, coverage, file, &names, &ends);
         let executions = coverage.functions_in(file).map(|f| f.execution_count).collect();
-        let defined_at = defined.into_iter().enumerate().map(|(slot, i)| (i, slot)).collect();
+        let defined_at = coverage.functions_in(file).enumerate().map(|(slot, f)| (f.mapping_index, slot)).collect();
 
         // Stretches: the line spans of the regions in the file, merged where
         // they overlap. The regions of one file id (a function's body, one
@@ -271,15 +259,7 @@ impl LiveFile {
     fn render(&mut self) {
         let mut out = String::with_capacity(self.text.len().max(self.head.len() * 2));
         out.push_str(&self.head);
-        let mut start = 0;
-        for (&count, &end) in self.executions.iter().zip(&self.ends) {
-            out.push_str("FNDA:");
-            push_int(&mut out, count);
-            out.push(',');
-            out.push_str(&self.names[start..end]);
-            out.push('\n');
-            start = end;
-        }
+        write_fnda_lines(&mut out, self.executions.iter().copied(), &self.names, &self.ends);
         let mut total = Summary::default();
         for g in &self.groups {
             total.add(g.summary);
@@ -364,19 +344,7 @@ impl Stretch {
             }
         }
         let mut da = String::new();
-        line_stats(&data.segments, |s, run| {
-            if s.mapped {
-                let mut count = itoa::Buffer::new();
-                let count = count.format(s.count);
-                for line in s.line..s.line + run {
-                    da.push_str("DA:");
-                    push_int(&mut da, line);
-                    da.push(',');
-                    da.push_str(count);
-                    da.push('\n');
-                }
-            }
-        });
+        write_lines(&mut da, &data.segments);
         self.fresh = Some((da, brda));
     }
 }
