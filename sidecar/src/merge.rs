@@ -332,17 +332,19 @@ impl Merger {
 
     /// The totals the merged report's summary records add up to.
     pub fn totals(&self) -> Totals {
-        let mut t = Totals { records: self.records.len(), ..Totals::default() };
+        let mut s = Summary::default();
         for r in &self.records {
-            let s = r.summary();
-            t.lines += s.lines;
-            t.lines_hit += s.lines_hit;
-            t.functions += s.functions;
-            t.functions_hit += s.functions_hit;
-            t.branches += s.branches;
-            t.branches_hit += s.branches_hit;
+            s.add(r.summary());
         }
-        t
+        Totals {
+            records: self.records.len(),
+            lines: s.lines,
+            lines_hit: s.lines_hit,
+            functions: s.functions,
+            functions_hit: s.functions_hit,
+            branches: s.branches,
+            branches_hit: s.branches_hit,
+        }
     }
 
     /// The merged report.
@@ -413,6 +415,17 @@ pub struct Summary {
     pub functions_hit: u64,
     pub branches: u64,
     pub branches_hit: u64,
+}
+
+impl Summary {
+    pub fn add(&mut self, other: Summary) {
+        self.lines += other.lines;
+        self.lines_hit += other.lines_hit;
+        self.functions += other.functions;
+        self.functions_hit += other.functions_hit;
+        self.branches += other.branches;
+        self.branches_hit += other.branches_hit;
+    }
 }
 
 /// One merged record, read-only: what reports are made of.

@@ -173,13 +173,7 @@ impl<'a> Report<'a> {
         let files: Vec<File> = merger.records().map(|record| File { record, summary: record.summary() }).collect();
         let mut total = Summary::default();
         for f in &files {
-            let s = &f.summary;
-            total.lines += s.lines;
-            total.lines_hit += s.lines_hit;
-            total.functions += s.functions;
-            total.functions_hit += s.functions_hit;
-            total.branches += s.branches;
-            total.branches_hit += s.branches_hit;
+            total.add(f.summary);
         }
         let paths: Vec<&str> = files.iter().map(|f| f.record.file()).collect();
         let common = if paths.len() > 1 { common_folder(&paths) } else { 0 };
