@@ -3,7 +3,8 @@
 //! `livecov sidecar` ([`sidecar`], with its live page, [`live_page`]) and
 //! `livecov collect` ([`collect`]) over the targets of [`targets`], asked
 //! through [`fanout`]; and `livecov report` ([`report`]): tables, Cobertura
-//! XML and thresholds over merged LCOV.
+//! XML and thresholds over merged LCOV; `livecov push` ([`push`]): a
+//! collection to an OCI registry.
 pub mod client;
 pub mod collect;
 pub mod dump;
@@ -14,6 +15,7 @@ pub mod merge;
 pub mod merge_command;
 pub mod metrics;
 pub mod output;
+pub mod push;
 pub mod report;
 pub mod sidecar;
 pub mod snapshot;

@@ -5,12 +5,13 @@
 //! `livecov report` reports on them (tables, Cobertura XML, thresholds);
 //! `livecov dump` and `livecov reset` talk to one running agent;
 //! `livecov sidecar` serves the merged coverage of many processes and
-//! replicas, `livecov collect` collects it once. All are built on the same
+//! replicas, `livecov collect` collects it once, and `livecov push` sends
+//! a collection to an OCI registry. All are built on the same
 //! library (`livecov_cli`).
 
 mod convert;
 
-use livecov_cli::{collect, dump, merge_command, report, sidecar};
+use livecov_cli::{collect, dump, merge_command, push, report, sidecar};
 
 use std::process::ExitCode;
 
@@ -32,6 +33,7 @@ enum Command {
     Reset(dump::ResetArgs),
     Sidecar(sidecar::Args),
     Collect(collect::Args),
+    Push(push::Args),
 }
 
 /// Caps glibc's malloc arenas at two. glibc gives a thread that allocates
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Reset(args) => dump::reset(args),
         Command::Sidecar(args) => sidecar::run(args),
         Command::Collect(args) => collect::run(args),
+        Command::Push(args) => push::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,10 +11,14 @@
 # - cmake and pkg-config, to build C programs against liblivecov as the docs say;
 # - jq, which the docs' examples use to read livecov's JSON (tests/tests/docs.rs runs them),
 #   and lcov (genhtml) and kubectl (`kubectl kustomize`, no cluster), which docs/kubernetes.md runs;
-# - Node.js and npm, for the Node hook and its fixtures.
+# - Node.js and npm, for the Node hook and its fixtures;
+# - docker-registry (the CNCF distribution registry) and skopeo, a registry
+#   on loopback and a second client of it for `livecov push` (tests/tests/push.rs,
+#   docs/cli.md), with htpasswd (apache2-utils) for its login and openssl
+#   for its certificates.
 set -euo pipefail
 
-apt_packages=(clang-19 clang-14 clang-13 llvm-19 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov chromium)
+apt_packages=(clang-19 clang-14 clang-13 llvm-19 llvm-14 llvm-13 libclang-rt-14-dev libclang-rt-19-dev libclang-common-13-dev curl dnsmasq cmake pkg-config jq lcov chromium docker-registry skopeo apache2-utils openssl)
 
 missing=()
 for p in "${apt_packages[@]}"; do
