@@ -18,6 +18,7 @@ use hyper::body::Bytes;
 use crate::client::{self, CoverageQuery, Target};
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Mappings, Outcome, Progress};
 use crate::output::{write_output, write_outputs, Output};
+use crate::path_equivalence::PathEquivalence;
 use livecov::fleet::BuildMapping;
 
 use crate::snapshot::{self, file_name_for, rfc3339, Meta};
@@ -155,6 +156,12 @@ pub struct Args {
     /// (for llvm-profdata and llvm-cov; about a MiB each for a large C server).
     #[arg(long)]
     pub profraw: bool,
+    /// Rewrite the source files' paths (SF:) that start with the folder
+    /// FROM (inside the image) to start with TO instead (the checkout), in
+    /// merged.lcov and instances/*.lcov, as llvm-cov's -path-equivalence;
+    /// repeatable, the first that applies wins.
+    #[arg(long, value_name = "FROM,TO", value_parser = PathEquivalence::parse)]
+    pub path_equivalence: Vec<PathEquivalence>,
 }
 
 /// One row of the manifest.
@@ -379,10 +386,18 @@ async fn collect(args: Args) -> Result<()> {
         .context("the merge failed")?
         .map_err(anyhow::Error::msg)?
     };
-    let mut files: Vec<(PathBuf, &[u8])> = texts
+    // Paths are rewritten in what is written, after the merge: a path
+    // rewritten twice could move twice (FROM /, TO /src).
+    let lcovs: Vec<(PathBuf, std::borrow::Cow<[u8]>)> = texts
         .iter()
-        .map(|(instance, body)| (instances_dir.join(format!("{}.lcov", file_name_for(instance))), &body[..]))
+        .map(|(instance, body)| {
+            (
+                instances_dir.join(format!("{}.lcov", file_name_for(instance))),
+                PathEquivalence::rewrite_lcov(&args.path_equivalence, body),
+            )
+        })
         .collect();
+    let mut files: Vec<(PathBuf, &[u8])> = lcovs.iter().map(|(path, text)| (path.clone(), text.as_ref())).collect();
     for (instance, profraw) in &profraws {
         files.push((instances_dir.join(format!("{}.profraw", file_name_for(instance))), &profraw[..]));
     }
@@ -394,7 +409,7 @@ async fn collect(args: Args) -> Result<()> {
     }
     let totals = snapshot::totals(&merged);
     let merged_path = args.output.join("merged.lcov");
-    write_output(Some(&merged_path), merged.as_bytes())?;
+    write_output(Some(&merged_path), &PathEquivalence::rewrite_lcov(&args.path_equivalence, merged.as_bytes()))?;
 
     let mut reset_errors = Vec::new();
     if args.reset {

@@ -14,6 +14,7 @@ use livecov::coverage::Coverage;
 use livecov::lcov;
 use livecov::mapping::CoverageMapping;
 use livecov::profile::{is_indexed_profile, read_indexed_profile, Counters, NameTable, ProfileReader};
+use livecov_cli::path_equivalence::PathEquivalence;
 
 #[derive(clap::Args)]
 #[command(
@@ -67,6 +68,12 @@ pub struct Args {
     /// with regions, segments, branches and summaries; names as compiled.
     #[arg(long, value_enum, default_value_t = Format::Lcov, conflicts_with = "go_coverdir")]
     format: Format,
+    /// Rewrite the source files' paths (SF:) that start with the folder FROM
+    /// to start with TO instead (the build machine's paths to the
+    /// checkout), as llvm-cov's -path-equivalence; repeatable, the first
+    /// that applies wins. LCOV only.
+    #[arg(long, value_name = "FROM,TO", value_parser = PathEquivalence::parse)]
+    path_equivalence: Vec<PathEquivalence>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,6 +87,9 @@ pub fn run(args: Args) -> Result<()> {
         return convert_go(dir, &args);
     }
     let binary = args.binary.as_deref().context("--binary is required")?;
+    if args.format == Format::Json && !args.path_equivalence.is_empty() {
+        bail!("--path-equivalence rewrites LCOV: leave it out with --format json, or convert to LCOV");
+    }
     let options = lcov::Options {
         ignore_filename_regex: args
             .ignore_filename_regex
@@ -121,6 +131,13 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let write = |out: &mut dyn Write| match args.format {
+        Format::Lcov if !args.path_equivalence.is_empty() => {
+            // Rewritten whole: the engine's writes are not promised to be
+            // whole lines.
+            let mut text = Vec::new();
+            lcov::write_to(&coverage, &options, &mut text)?;
+            out.write_all(&PathEquivalence::rewrite_lcov(&args.path_equivalence, &text))
+        }
         Format::Lcov => lcov::write_to(&coverage, &options, &mut &mut *out),
         Format::Json => livecov::json_export::write_to(&coverage, &options, &mut &mut *out),
     };
@@ -153,9 +170,10 @@ fn convert_go(dir: &Path, args: &Args) -> Result<()> {
             .collect::<Result<_>>()?,
     };
     let lcov = livecov_cli::go_coverage::lcov_from_dir(dir, &options)?;
+    let lcov = PathEquivalence::rewrite_lcov(&args.path_equivalence, lcov.as_bytes());
     match &args.output {
-        Some(out) => write_atomically(out, |file| file.write_all(lcov.as_bytes())),
-        None => std::io::stdout().lock().write_all(lcov.as_bytes()).context("writing to standard output"),
+        Some(out) => write_atomically(out, |file| file.write_all(&lcov)),
+        None => std::io::stdout().lock().write_all(&lcov).context("writing to standard output"),
     }
 }
 

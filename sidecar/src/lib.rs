@@ -15,6 +15,7 @@ pub mod merge;
 pub mod merge_command;
 pub mod metrics;
 pub mod output;
+pub mod path_equivalence;
 pub mod push;
 pub mod report;
 pub mod sidecar;

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 
 use crate::merge::Merger;
 use crate::output::Output;
-use crate::report::PathEquivalence;
+use crate::path_equivalence::PathEquivalence;
 
 #[derive(clap::Args, Debug)]
 #[command(

@@ -9,7 +9,7 @@
 //! them, else counted from the merged entries ([`RecordView::summary`]):
 //! for llvm-cov's LCOV, and livecov's, the TOTAL row is then `llvm-cov
 //! report`'s. Paths are rewritten with `--path-equivalence` as llvm-cov
-//! rewrites them ([`PathEquivalence`]).
+//! rewrites them ([`PathEquivalence`](crate::path_equivalence::PathEquivalence)).
 
 mod cobertura;
 
@@ -21,6 +21,7 @@ use anyhow::{bail, Context, Result};
 use crate::merge::{Merger, RecordView, Summary};
 use crate::merge_command::merge_files;
 use crate::output::Output;
+use crate::path_equivalence::PathEquivalence;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -383,79 +384,6 @@ impl Threshold {
     }
 }
 
-// ---------------------------------------------------------------- paths
-
-/// `--path-equivalence FROM,TO`: a path whose folders start with FROM's
-/// starts with TO's instead, as llvm-cov's `-path-equivalence` rewrites:
-/// both sides and the path are normalized (`.` and `..` resolved as text,
-/// repeated separators collapsed), and the first equivalence that applies
-/// wins; a path none applies to is left as it is.
-#[derive(Debug, Clone)]
-pub struct PathEquivalence {
-    /// Normalized, ending in `/` (or empty, which every path starts with).
-    from: String,
-    to: String,
-}
-
-impl PathEquivalence {
-    pub fn parse(s: &str) -> Result<PathEquivalence, String> {
-        match s.split_once(',') {
-            Some((from, to)) if !from.is_empty() && !to.is_empty() => {
-                Ok(PathEquivalence { from: with_separator(normalize(from)), to: with_separator(normalize(to)) })
-            }
-            _ => Err(format!(
-                "{s:?} is not FROM,TO: give the folder as the paths have it, a comma, and the folder to put \
-                 instead, such as /build/src,/home/me/project/src"
-            )),
-        }
-    }
-
-    /// `path` rewritten by the first of `equivalences` that applies.
-    pub fn rewrite(equivalences: &[PathEquivalence], path: &str) -> String {
-        if equivalences.is_empty() {
-            return path.to_owned();
-        }
-        let normal = normalize(path);
-        for e in equivalences {
-            if let Some(rest) = normal.strip_prefix(e.from.as_str()) {
-                return format!("{}{rest}", e.to);
-            }
-        }
-        path.to_owned()
-    }
-}
-
-fn with_separator(mut path: String) -> String {
-    if !path.is_empty() && !path.ends_with('/') {
-        path.push('/');
-    }
-    path
-}
-
-/// LLVM's `sys::path::remove_dots(path, remove_dot_dot = true)`: `.`
-/// dropped, `..` removes the folder before it (above the root it is
-/// dropped; at the start of a relative path it stays), separators single.
-fn normalize(path: &str) -> String {
-    let root = path.starts_with('/');
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." if parts.last().is_some_and(|p| *p != "..") => {
-                parts.pop();
-            }
-            ".." if root => {}
-            _ => parts.push(part),
-        }
-    }
-    let joined = parts.join("/");
-    if root {
-        format!("/{joined}")
-    } else {
-        joined
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,24 +414,6 @@ mod tests {
         assert_eq!(percent(32, 1), "3.12");
         assert_eq!(percent(4, 4), "100.00");
         assert_eq!(percent(0, 0), "100.00");
-    }
-
-    #[test]
-    fn path_equivalence_is_llvm_covs() {
-        let eq = |s: &str| PathEquivalence::parse(s).unwrap();
-        let e = [eq("/build/src,/home/me/src"), eq("/build,/other")];
-        assert_eq!(PathEquivalence::rewrite(&e, "/build/src/a.c"), "/home/me/src/a.c");
-        assert_eq!(PathEquivalence::rewrite(&e, "/build/./src//b/../a.c"), "/home/me/src/a.c");
-        assert_eq!(PathEquivalence::rewrite(&e, "/build/lib/x.c"), "/other/lib/x.c");
-        // Folders, not text: /build/srcs is not under /build/src.
-        assert_eq!(PathEquivalence::rewrite(&e, "/build/srcs/a.c"), "/other/srcs/a.c");
-        assert_eq!(PathEquivalence::rewrite(&e, "/elsewhere/./a.c"), "/elsewhere/./a.c");
-        assert_eq!(PathEquivalence::rewrite(&[eq("/build/,src")], "/build/a.c"), "src/a.c");
-        for bad in ["/build", ",/x", "/x,", ""] {
-            assert!(PathEquivalence::parse(bad).is_err(), "{bad}");
-        }
-        assert_eq!(normalize("a/../../b"), "../b");
-        assert_eq!(normalize("/../a"), "/a");
     }
 
     #[test]

@@ -62,6 +62,7 @@ use crate::collect::{parse_seconds, read_counters, read_report, source_json, Tar
 use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
 use crate::live_page::{self, History, Point, SourceRoot};
 use crate::metrics::{self, Gauges, Metrics, SourceGauge, TargetGauge};
+use crate::path_equivalence::PathEquivalence;
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
 use crate::targets::{Discovery, Found, SourceState, SourceStatus};
 use livecov::fleet::BuildMapping;
@@ -122,6 +123,14 @@ pub struct Args {
     /// Concurrent client connections.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_connections: u32,
+    /// Rewrite the source files' paths (SF:) that start with the folder
+    /// FROM (inside the image) to start with TO instead (the checkout, as
+    /// --source-root sees it), in the LCOV, JSON and live page served, as
+    /// llvm-cov's -path-equivalence; repeatable, the first that applies
+    /// wins. The counters and mapping an aggregator takes (exact merge)
+    /// keep the build's paths: give the aggregator the flag too.
+    #[arg(long, value_name = "FROM,TO", value_parser = PathEquivalence::parse)]
+    pub path_equivalence: Vec<PathEquivalence>,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -229,6 +238,8 @@ pub struct Sidecar {
     merges: Semaphore,
     /// Line coverage over time, for the live page.
     history: Mutex<History>,
+    /// `--path-equivalence`, applied to every merge served.
+    path_equivalence: Arc<Vec<PathEquivalence>>,
     pub metrics: Metrics,
 }
 
@@ -244,7 +255,12 @@ struct ResetOutcome {
 }
 
 impl Sidecar {
-    pub fn new(instance: String, options: FetchOptions, discovery: Discovery) -> Sidecar {
+    pub fn new(
+        instance: String,
+        options: FetchOptions,
+        discovery: Discovery,
+        path_equivalence: Vec<PathEquivalence>,
+    ) -> Sidecar {
         Sidecar {
             instance,
             started: Instant::now(),
@@ -255,6 +271,7 @@ impl Sidecar {
             store: Mutex::new(Store::default()),
             merges: Semaphore::new(2),
             history: Mutex::new(History::default()),
+            path_equivalence: Arc::new(path_equivalence),
             metrics: Metrics::default(),
         }
     }
@@ -574,7 +591,7 @@ impl Sidecar {
         let taken = self.started.elapsed().as_secs_f64();
         let n = entries.len();
         let _permit = self.merges.acquire().await.map_err(|_| "shutting down".to_owned())?;
-        let text = merge_entries(entries, test.clone(), self.options.max_body).await?;
+        let text = merge_entries(entries, test.clone(), self.options.max_body, self.path_equivalence.clone()).await?;
         if test.is_none() {
             let totals = snapshot::totals(&String::from_utf8_lossy(&text));
             lock(&self.history).record(Point { secs: taken, lines_hit: totals.lines_hit, lines: totals.lines });
@@ -746,14 +763,21 @@ impl Sidecar {
 type Entry = (String, Bytes, Option<Arc<BuildMapping>>);
 
 /// Instances of one build summed counter by counter (an exact group per
-/// build mapping), merged as LCOV with each other and with the rest.
-async fn merge_entries(entries: Vec<Entry>, test: Option<String>, max_body: usize) -> Result<Bytes, String> {
+/// build mapping), merged as LCOV with each other and with the rest; the
+/// paths of the merge rewritten by `path_equivalence`.
+async fn merge_entries(
+    entries: Vec<Entry>,
+    test: Option<String>,
+    max_body: usize,
+    path_equivalence: Arc<Vec<PathEquivalence>>,
+) -> Result<Bytes, String> {
     tokio::task::spawn_blocking(move || {
         let exact = entries.iter().filter_map(|(k, b, m)| m.as_ref().map(|m| (k.as_str(), m, b)));
         let groups = snapshot::exact_groups(exact, test.as_deref(), max_body)?;
         let texts: Vec<(String, Bytes)> =
             entries.iter().filter(|e| e.2.is_none()).map(|(k, b, _)| (k.clone(), b.clone())).collect();
-        Ok(Bytes::from(snapshot::merge_all(&texts, &groups, test.as_deref())?))
+        let merged = snapshot::merge_all(&texts, &groups, test.as_deref())?;
+        Ok(Bytes::from(PathEquivalence::rewrite_lcov(&path_equivalence, merged.as_bytes()).into_owned()))
     })
     .await
     .map_err(|_| "internal error while merging".to_owned())?
@@ -839,7 +863,8 @@ async fn serve_main(
     source_root: Option<SourceRoot>,
 ) -> Result<()> {
     let watch_names = discovery.has_replicas().then(|| discovery.resolve_interval());
-    let sidecar = Arc::new(Sidecar::new(instance_id(&args.targets.dirs), options, discovery));
+    let sidecar =
+        Arc::new(Sidecar::new(instance_id(&args.targets.dirs), options, discovery, args.path_equivalence.clone()));
     let tcp = match args.listen {
         Some(addr) => {
             let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
@@ -1157,7 +1182,7 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
 /// computed at once.
 async fn merge_now(sc: &Sidecar, entries: Vec<Entry>, test: Option<String>) -> Result<Bytes, Resp> {
     let Ok(_permit) = sc.merges.acquire().await else { return Err(error(503, "shutting down")) };
-    merge_entries(entries, test, sc.options.max_body).await.map_err(|e| error(500, &e))
+    merge_entries(entries, test, sc.options.max_body, sc.path_equivalence.clone()).await.map_err(|e| error(500, &e))
 }
 
 /// `r` with the headers of a merge: instances merged, targets failed.

@@ -168,6 +168,20 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     collect_ok(&["--dir", cov_arg, "--lcov-merge", "-o", lcov.to_str().unwrap()]);
     assert_eq!(read(&lcov.join("merged.lcov")), merge(&[&live.own_dump(), &exited_report]));
     assert_eq!(instance_files(&lcov).len(), 2);
+    // --path-equivalence moves the files of the checkout, in the merge and
+    // in each instance's file, and changes nothing else.
+    let root = format!("{}/", livecov_tests::workspace_root().display());
+    let equivalence = format!("{root},/src/livecov");
+    let move_paths = |lcov: &str| lcov.replace(&format!("SF:{root}"), "SF:/src/livecov/");
+    assert!(want.contains(&format!("SF:{root}fixtures/service/")), "{want}");
+    let moved = dir.join("moved");
+    collect_ok(&["--dir", cov_arg, "--path-equivalence", &equivalence, "-o", moved.to_str().unwrap()]);
+    assert_eq!(read(&moved.join("merged.lcov")), move_paths(&want));
+    let moved_lcov = dir.join("moved-lcov");
+    collect_ok(&["--dir", cov_arg, "--lcov-merge", "--path-equivalence", &equivalence, "-o", moved_lcov.to_str().unwrap()]);
+    assert_eq!(read(&moved_lcov.join("merged.lcov")), move_paths(&read(&lcov.join("merged.lcov"))));
+    let files: Vec<(String, String)> = instance_files(&lcov).into_iter().map(|(name, text)| (name, move_paths(&text))).collect();
+    assert_eq!(instance_files(&moved_lcov), files);
 
     // A per-test collection with --reset takes the exited process's report
     // one last time; later collections leave it out.

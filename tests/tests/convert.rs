@@ -142,3 +142,33 @@ fn a_profile_of_another_build_is_refused_naming_both_build_ids() {
     assert!(stderr.contains(&id(&ours.binary)), "the binary's build id is not named: {stderr}");
     assert!(stderr.contains("build id"), "{stderr}");
 }
+
+#[test]
+fn path_equivalence_rewrites_the_source_files_and_nothing_else() {
+    // llvm-cov export keeps its paths with -path-equivalence (it finds
+    // sources with it): the oracle is its report with the SF: lines moved.
+    let f = fixture("c-clang19");
+    let run = &f.runs[0];
+    let src = f.source_dir.to_str().expect("a UTF-8 path");
+    let expected = livecov_tests::oracle_lcov(f, run, &[]);
+    let moved: String = expected
+        .lines()
+        .map(|line| match line.strip_prefix("SF:").and_then(|p| p.strip_prefix(src)) {
+            Some(rest) => format!("SF:/src/fixture{rest}\n"),
+            None => format!("{line}\n"),
+        })
+        .collect();
+    assert!(moved.contains("SF:/src/fixture/"), "no file of the fixture under {src}:\n{expected}");
+    let ours = convert(f, run, &["--no-demangle", "--path-equivalence", &format!("{src}/,/src/fixture")]);
+    assert_same("c-clang19 with --path-equivalence", &ours, &moved);
+
+    let out = Command::new(livecov_bin())
+        .args(["convert", "--format", "json", "--path-equivalence", "/a,/b", "--binary"])
+        .arg(&f.binary)
+        .arg("--profraw")
+        .args(&run.profraws)
+        .output()
+        .expect("run livecov convert");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--path-equivalence rewrites LCOV"), "{out:?}");
+}

@@ -227,6 +227,21 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["instance"], pod.instance.as_str());
     assert_eq!(rows[0]["runtime"], "sidecar");
+    // With --path-equivalence, the files of the checkout are elsewhere in
+    // all it serves (it merged the pod's counters exactly), and nothing else changed.
+    let root = format!("{}/", livecov_tests::workspace_root().display());
+    let equivalence = format!("{root},/src/livecov");
+    let moved = Sidecar::start(
+        &["--target", &pod_url, "--target-token", "pod-secret", "--listen", "127.0.0.1:0", "--path-equivalence", &equivalence],
+        None,
+    );
+    assert!(want.contains(&format!("SF:{root}fixtures/service/")), "{want}");
+    assert_eq!(moved.coverage(""), want.replace(&format!("SF:{root}"), "SF:/src/livecov/"));
+    let files = moved.get("/coverage?format=json").json()["files"].clone();
+    let names: Vec<&str> = files.as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
+    assert!(names.contains(&"/src/livecov/fixtures/service/src/handlers.rs"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with(&root)), "{names:?}");
+    drop(moved);
 
     // A reset through the aggregator reaches the pod's processes and
     // forgets the exited and killed ones (for every later reader too).
