@@ -39,6 +39,7 @@ pub mod native;
 pub mod node;
 mod oracle;
 pub mod python;
+pub mod registry;
 mod runner;
 pub mod service;
 mod specs;

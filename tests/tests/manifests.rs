@@ -806,6 +806,8 @@ struct TaskDecl {
     params: BTreeMap<String, Option<String>>,
     results: BTreeSet<String>,
     workspaces: BTreeSet<String>,
+    /// Workspaces a run may leave unbound (`optional: true`).
+    optional: BTreeSet<String>,
 }
 
 fn task_decl(spec: &Value) -> TaskDecl {
@@ -814,6 +816,7 @@ fn task_decl(spec: &Value) -> TaskDecl {
         params: arr(&spec["params"]).iter().filter_map(|x| Some((x["name"].as_str()?.to_owned(), x["default"].as_str().map(str::to_owned)))).collect(),
         results: names("results"),
         workspaces: names("workspaces"),
+        optional: arr(&spec["workspaces"]).iter().filter(|x| x["optional"] == true).filter_map(|x| x["name"].as_str().map(str::to_owned)).collect(),
     }
 }
 
@@ -830,11 +833,15 @@ fn check_task_spec(spec: &Value, at: &str, p: &mut Vec<String>) -> TaskDecl {
             let ok = match parts.as_slice() {
                 ["params", n] => decl.params.contains_key(*n),
                 ["workspaces", n, "path"] => decl.workspaces.contains(*n),
+                // Only an optional workspace may be unbound.
+                ["workspaces", n, "bound"] => decl.optional.contains(*n),
                 ["results", n, "path"] => decl.results.contains(*n),
                 _ => false,
             };
             if !ok {
-                p.push(format!("{at}: $({r}) at {pointer} is not a declared param, workspace path or result path"));
+                p.push(format!(
+                    "{at}: $({r}) at {pointer} is not a declared param, workspace path (or bound, if optional) or result path"
+                ));
             }
             used.insert(r.to_owned());
             if parts[0] == "params" && pointer.ends_with("/script") {
@@ -939,6 +946,8 @@ fn check_pipelines(b: &Bundle, p: &mut Vec<String>) {
         let spec = &pipeline.value["spec"];
         let params: BTreeSet<&str> = arr(&spec["params"]).iter().filter_map(|x| x["name"].as_str()).collect();
         let workspaces: BTreeSet<&str> = arr(&spec["workspaces"]).iter().filter_map(|x| x["name"].as_str()).collect();
+        let optional: BTreeSet<&str> =
+            arr(&spec["workspaces"]).iter().filter(|x| x["optional"] == true).filter_map(|x| x["name"].as_str()).collect();
         let mut decls: BTreeMap<(&str, &str), TaskDecl> = BTreeMap::new();
         let tasks = arr(&spec["tasks"]).iter().map(|t| ("tasks", t));
         let finally = arr(&spec["finally"]).iter().map(|t| ("finally", t));
@@ -972,12 +981,16 @@ fn check_pipelines(b: &Bundle, p: &mut Vec<String>) {
                 }
             }
             let bound: BTreeSet<&str> = arr(&t["workspaces"]).iter().filter_map(|x| x["name"].as_str()).collect();
-            if bound != decl.workspaces.iter().map(String::as_str).collect() {
-                p.push(format!("{task_at}: binds workspaces {bound:?}, the Task has {:?}", decl.workspaces));
+            let required: BTreeSet<&str> = decl.workspaces.difference(&decl.optional).map(String::as_str).collect();
+            if !bound.is_subset(&decl.workspaces.iter().map(String::as_str).collect()) || !required.is_subset(&bound) {
+                p.push(format!("{task_at}: binds workspaces {bound:?}, the Task has {:?} ({:?} optional)", decl.workspaces, decl.optional));
             }
-            for w in arr(&t["workspaces"]).iter().filter_map(|x| x["workspace"].as_str()) {
+            for x in arr(&t["workspaces"]) {
+                let (Some(name), Some(w)) = (x["name"].as_str(), x["workspace"].as_str()) else { continue };
                 if !workspaces.contains(w) {
                     p.push(format!("{task_at}: binds pipeline workspace {w}, which is not declared"));
+                } else if optional.contains(w) && !decl.optional.contains(name) {
+                    p.push(format!("{task_at}: binds the optional pipeline workspace {w} to {name}, which the Task requires"));
                 }
             }
             for after in strs(&t["runAfter"]) {
@@ -1032,7 +1045,7 @@ fn checker_reports_drift() {
     let original = Bundle::load();
     assert_eq!(problems(&original), Vec::<String>::new(), "the manifests must pass before they are broken");
     type Mutation = (&'static str, &'static str, fn(&mut Bundle));
-    let mutations: [Mutation; 14] = [
+    let mutations: [Mutation; 16] = [
         ("a pod label", "Service service-coverage: its selector", |b| {
             *b.find_mut("Deployment", "service").pointer_mut("/spec/template/metadata/labels/app.kubernetes.io~1name").unwrap() = "svc".into();
         }),
@@ -1066,6 +1079,20 @@ fn checker_reports_drift() {
         ("a result in the Task's script", "$(results.lcov-path.path)", |b| {
             let script = b.find_mut("Task", "livecov-collect").pointer_mut("/spec/steps/0/script").unwrap();
             *script = script.as_str().unwrap().replace("$(results.lcov.path)", "$(results.lcov-path.path)").into();
+        }),
+        ("the optional workspace the step tests", "$(workspaces.output.bound)", |b| {
+            let env = b.find_mut("Task", "livecov-collect").pointer_mut("/spec/steps/0/env").unwrap();
+            for e in env.as_array_mut().unwrap() {
+                if e["value"] == "$(workspaces.dockerconfig.bound)" {
+                    e["value"] = "$(workspaces.output.bound)".into();
+                }
+            }
+        }),
+        ("the push login's workspace, made required", "task reset-coverage: binds workspaces", |b| {
+            let workspaces = b.find_mut("Task", "livecov-collect").pointer_mut("/spec/workspaces").unwrap();
+            for w in workspaces.as_array_mut().unwrap() {
+                w.as_object_mut().unwrap().remove("optional");
+            }
         }),
         ("a param the Pipeline passes", "passes param allow_partial", |b| {
             *b.find_mut("Pipeline", "e2e-with-coverage").pointer_mut("/spec/tasks/0/params/2/name").unwrap() = "allow_partial".into();
@@ -1242,7 +1269,10 @@ fn pod_sidecar_and_aggregator_run_as_the_manifests_say() {
 /// `livecov` on PATH; the token a file of the Secret volume.
 struct TaskRun {
     dir: PathBuf,
+    /// The workspace `output`.
     workspace: PathBuf,
+    /// The optional workspaces bound, and their folders.
+    bound: BTreeMap<String, PathBuf>,
 }
 
 struct StepOutcome {
@@ -1259,7 +1289,13 @@ impl TaskRun {
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::os::unix::fs::symlink(livecov_bin(), bin.join("livecov")).expect("put livecov on the step's PATH");
-        TaskRun { dir, workspace }
+        TaskRun { dir, workspace, bound: BTreeMap::new() }
+    }
+
+    /// Binds the optional workspace `name` to the folder `path`.
+    fn bind(mut self, name: &str, path: &Path) -> TaskRun {
+        self.bound.insert(name.to_owned(), path.to_path_buf());
+        self
     }
 
     /// Runs step `collect` of the Task with `given` params over the defaults.
@@ -1277,7 +1313,14 @@ impl TaskRun {
         let substitute = |s: &str| -> String {
             let mut s = with_params(s, &params);
             for w in &decl.workspaces {
-                s = s.replace(&format!("$(workspaces.{w}.path)"), self.workspace.to_str().unwrap());
+                let path = match self.bound.get(w) {
+                    Some(path) => Some(path.as_path()),
+                    None if decl.optional.contains(w) => None,
+                    None => Some(self.workspace.as_path()),
+                };
+                // Tekton's values for an optional workspace left unbound.
+                s = s.replace(&format!("$(workspaces.{w}.path)"), path.map_or("", |p| p.to_str().unwrap()));
+                s = s.replace(&format!("$(workspaces.{w}.bound)"), if path.is_some() { "true" } else { "false" });
             }
             for r in &decl.results {
                 s = s.replace(&format!("$(results.{r}.path)"), results_dir.join(r).to_str().unwrap());
@@ -1363,6 +1406,17 @@ fn tekton_task_collects_into_the_workspace() {
         assert_eq!((manifest["test"].as_str(), manifest["reset"].as_bool()), (Some(test.as_str()), Some(true)));
         assert_eq!(manifest["targets"][0]["address"], target.as_str());
         assert_eq!(test_names(&lcov), [test.as_str()]);
+        // The Pipeline asks for a Cobertura report of the tests only, and no push.
+        let cobertura = params.iter().find(|(k, _)| k == "cobertura").map(|(_, v)| v.as_str());
+        match cobertura {
+            Some(name) if !name.is_empty() => {
+                assert_eq!(out.results["cobertura"], format!("coverage/{test}/{name}"));
+                let xml = std::fs::read_to_string(run.workspace.join(&out.results["cobertura"])).expect("the Cobertura report");
+                assert!(xml.starts_with("<?xml") && xml.contains(r#"filename="handlers.rs""#), "{xml}");
+            }
+            _ => assert_eq!(out.results["cobertura"], ""),
+        }
+        assert_eq!(out.results["artifact"], "");
         outputs.push(lcov);
     }
     // The reset of the first collection: each /hello counted once, where it ran.
@@ -1396,4 +1450,90 @@ fn tekton_task_defaults_reach_livecov_and_fail_on_dns_only() {
     let out = run.run(&b, &[("allow-empty", "maybe")]);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("param allow-empty must be \"true\" or \"false\""), "{}", out.stderr);
+    // So are push-plain-http and cobertura, before anything is collected.
+    let out = run.run(&b, &[("push", "localhost:5000/coverage:x"), ("push-plain-http", "maybe")]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("param push-plain-http must be \"true\" or \"false\""), "{}", out.stderr);
+    let out = run.run(&b, &[("cobertura", "../coverage.xml")]);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("param cobertura is a file name"), "{}", out.stderr);
+}
+
+/// The Task's report, push and gate, really run: a Cobertura report beside
+/// merged.lcov, the folder pushed to a registry on loopback (an htpasswd
+/// login from the workspace dockerconfig, bound as a dockerconfigjson
+/// Secret is), and the step failing under the threshold only after both.
+#[test]
+fn tekton_task_writes_cobertura_pushes_and_fails_under_the_threshold() {
+    let b = Bundle::load();
+    let port = replicas::free_port();
+    let token = secret_value(&b, "livecov-tokens", "pod-token");
+    let listen = format!("127.0.0.1:{port}");
+    let service = Service::start("manifests", "tekton-push-service", &[], &[("LIVECOV_LISTEN", &listen), ("LIVECOV_TOKEN", &token)]);
+    wait_for("the agent's TCP listener", || std::net::TcpStream::connect(&listen).ok());
+    service.get("/fib?n=10");
+    let target = format!("http://{listen}");
+
+    let dir = scratch("manifests", "tekton-registry");
+    let htpasswd = dir.join("htpasswd");
+    let hash = Command::new("htpasswd").args(["-Bbn", "ci", "s3cret"]).output().expect("run htpasswd (apache2-utils)");
+    std::fs::write(&htpasswd, hash.stdout).unwrap();
+    let registry = livecov_tests::registry::Registry::start(&dir, Some(&htpasswd), None);
+    let dockerconfig = dir.join("dockerconfig");
+    std::fs::create_dir_all(&dockerconfig).unwrap();
+    let auth = Command::new("sh").args(["-c", "printf ci:s3cret | base64 -w0"]).output().expect("run base64").stdout;
+    let config = serde_json::json!({ "auths": { registry.address.as_str(): { "auth": String::from_utf8_lossy(&auth) } } });
+    std::fs::write(dockerconfig.join(".dockerconfigjson"), config.to_string()).unwrap();
+    let reference = format!("{}/coverage/service:e2e", registry.address);
+    let params = [
+        ("replicas", ""),
+        ("target", target.as_str()),
+        ("test", "e2e"),
+        ("cobertura", "coverage.xml"),
+        ("push", reference.as_str()),
+        ("push-plain-http", "true"),
+    ];
+
+    // Under the threshold: the report and the push are done, then the step fails.
+    let run = TaskRun::new("tekton-push").bind("dockerconfig", &dockerconfig);
+    let out = run.run(&b, &[&params[..], &[("fail-under-lines", "100")]].concat());
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("is under --fail-under-lines 100"), "{}", out.stderr);
+    assert_eq!(out.results["cobertura"], "coverage/e2e/coverage.xml");
+    let folder = run.workspace.join("coverage/e2e");
+    assert!(std::fs::read_to_string(folder.join("coverage.xml")).unwrap().contains("<coverage "));
+    let digest = out.results["artifact"].strip_prefix(&format!("{}/coverage/service@", registry.address)).expect("the artifact");
+    let login = format!("authorization: Basic {}", String::from_utf8_lossy(&auth));
+    let manifest = registry.get(
+        &format!("/v2/coverage/service/manifests/{digest}"),
+        &["accept: application/vnd.oci.image.manifest.v1+json", &login],
+    );
+    assert_eq!(manifest.status, 200, "{}", manifest.text());
+    let titles: Vec<String> = manifest.json()["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["annotations"]["org.opencontainers.image.title"].as_str().unwrap().to_owned())
+        .collect();
+    for file in ["coverage.xml", "manifest.json", "merged.lcov"] {
+        assert!(titles.iter().any(|t| t == file), "{file} not pushed: {titles:?}");
+    }
+
+    // Over it: the step succeeds.
+    let out = run.run(&b, &[&params[..], &[("fail-under-lines", "1")]].concat());
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(out.results["artifact"].starts_with(&format!("{}/coverage/service@sha256:", registry.address)));
+
+    // Without the workspace the registry refuses the push: the step fails, the files stay.
+    let run = TaskRun::new("tekton-push-anonymous");
+    let out = run.run(&b, &params);
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("asks for a login"), "{}", out.stderr);
+    assert_eq!((out.results["artifact"].as_str(), out.results["cobertura"].as_str()), ("", "coverage/e2e/coverage.xml"));
+    // A workspace with no config in it.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = TaskRun::new("tekton-push-empty").bind("dockerconfig", &empty).run(&b, &params);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("neither config.json nor .dockerconfigjson"), "{}", out.stderr);
 }

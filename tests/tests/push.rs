@@ -6,16 +6,13 @@
 //! an untrusted certificate, TLS against plain HTTP both ways, a closed
 //! port, a missing folder and a folder without merged.lcov.
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output};
 
-use livecov_tests::http::{exchange, Response};
 use livecov_tests::livecov_bin;
+use livecov_tests::registry::Registry;
 use livecov_tests::service::scratch;
 
-const REGISTRY: &str = "/usr/bin/docker-registry";
 const ARTIFACT_TYPE: &str = "application/vnd.livecov.coverage.v1+json";
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -62,59 +59,6 @@ fn run(program: &str, args: &[&str]) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("run {program} (tests/scripts/install-deps.sh installs it): {e}"));
     assert!(out.status.success(), "{program} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     out.stdout
-}
-
-/// A docker-registry on a free loopback port, ended on drop.
-struct Registry {
-    child: Child,
-    address: String,
-}
-
-impl Registry {
-    /// `auth` is an htpasswd file, `tls` a certificate and its key (PEM).
-    fn start(dir: &Path, auth: Option<&Path>, tls: Option<(&Path, &Path)>) -> Registry {
-        assert!(Path::new(REGISTRY).exists(), "{REGISTRY} is missing: tests/scripts/install-deps.sh installs docker-registry");
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
-            dir.join("storage").display()
-        );
-        if let Some((cert, key)) = tls {
-            config.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", cert.display(), key.display()));
-        }
-        if let Some(htpasswd) = auth {
-            config.push_str(&format!("auth:\n  htpasswd:\n    realm: livecov-test\n    path: {}\n", htpasswd.display()));
-        }
-        let config_file = dir.join("registry.yml");
-        std::fs::write(&config_file, config).expect("write the registry's config");
-        let log = dir.join("registry.log");
-        let child = Command::new(REGISTRY)
-            .args(["serve", path_arg(&config_file)])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("create the registry's log"))
-            .spawn()
-            .expect("start docker-registry");
-        let mut registry = Registry { child, address: String::new() };
-        // Port 0: the registry logs the address it listens on.
-        registry.address = livecov_tests::wait_for("the registry to listen", Duration::from_millis(50), || {
-            let text = std::fs::read_to_string(&log).ok()?;
-            let rest = &text[text.find("listening on ")? + "listening on ".len()..];
-            Some(rest[..rest.find(['"', ','])?].to_owned())
-        });
-        registry
-    }
-
-    /// `GET PATH` over plain HTTP.
-    fn get(&self, path: &str, accept: &str) -> Response {
-        let stream = TcpStream::connect(&self.address).expect("connect to the registry");
-        exchange(stream, "GET", path, &[&format!("accept: {accept}")])
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A folder as `livecov collect` writes it, with a Cobertura report and a
@@ -201,13 +145,13 @@ fn a_collection_pushed_over_plain_http_comes_back_byte_for_byte() {
     assert!(stderr.contains("livecov: pushed 6 file(s) to"), "{stderr}");
 
     // The manifest by its tag, as the registry stored it: the digest push printed.
-    let answer = registry.get("/v2/team/coverage/manifests/build-1", MANIFEST_TYPE);
+    let answer = registry.get("/v2/team/coverage/manifests/build-1", &[&format!("accept: {MANIFEST_TYPE}")]);
     assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
     let digest = answer.header("docker-content-digest").expect("Docker-Content-Digest").to_owned();
     assert_eq!(stdout, format!("{}/team/coverage@{digest}\n", registry.address));
     let manifest = answer.json();
     check_artifact(&manifest);
-    let config = registry.get(&format!("/v2/team/coverage/blobs/{}", manifest["config"]["digest"].as_str().unwrap()), "*/*");
+    let config = registry.get(&format!("/v2/team/coverage/blobs/{}", manifest["config"]["digest"].as_str().unwrap()), &[]);
     assert_eq!((config.status, config.body.as_slice()), (200, &b"{}"[..]));
 
     // One layer per file, titled with its path, each blob the file's bytes.
@@ -224,7 +168,7 @@ fn a_collection_pushed_over_plain_http_comes_back_byte_for_byte() {
         assert_eq!(media_type, want, "{title}");
         assert_eq!(*size, bytes.len() as u64, "{title}");
         assert_eq!(*digest, sha256(&folder.join(title)), "{title}");
-        let blob = registry.get(&format!("/v2/team/coverage/blobs/{digest}"), "*/*");
+        let blob = registry.get(&format!("/v2/team/coverage/blobs/{digest}"), &[]);
         assert_eq!(blob.status, 200, "{title}");
         assert!(blob.body == *bytes, "{title}: the registry's blob is not the file");
     }
