@@ -10,6 +10,21 @@ use crate::http::{exchange, Response};
 
 const REGISTRY: &str = "/usr/bin/docker-registry";
 
+/// How the registry asks for a login.
+pub enum Auth<'a> {
+    None,
+    /// Basic authentication, with the logins of an htpasswd file (bcrypt).
+    Htpasswd(&'a Path),
+    /// Bearer tokens from `realm`: JWTs issued by `issuer` for `service`,
+    /// signed by a certificate of the PEM file `roots`.
+    Token {
+        realm: &'a str,
+        service: &'a str,
+        issuer: &'a str,
+        roots: &'a Path,
+    },
+}
+
 /// A docker-registry on a free loopback port, ended on drop.
 pub struct Registry {
     child: Child,
@@ -18,8 +33,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// `auth` is an htpasswd file, `tls` a certificate and its key (PEM).
-    pub fn start(dir: &Path, auth: Option<&Path>, tls: Option<(&Path, &Path)>) -> Registry {
+    /// `tls` is a certificate and its key (PEM).
+    pub fn start(dir: &Path, auth: Auth, tls: Option<(&Path, &Path)>) -> Registry {
         assert!(Path::new(REGISTRY).exists(), "{REGISTRY} is missing: tests/scripts/install-deps.sh installs docker-registry");
         let mut config = format!(
             "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:0\n",
@@ -28,8 +43,15 @@ impl Registry {
         if let Some((cert, key)) = tls {
             config.push_str(&format!("  tls:\n    certificate: {}\n    key: {}\n", cert.display(), key.display()));
         }
-        if let Some(htpasswd) = auth {
-            config.push_str(&format!("auth:\n  htpasswd:\n    realm: livecov-test\n    path: {}\n", htpasswd.display()));
+        match auth {
+            Auth::None => {}
+            Auth::Htpasswd(htpasswd) => {
+                config.push_str(&format!("auth:\n  htpasswd:\n    realm: livecov-test\n    path: {}\n", htpasswd.display()))
+            }
+            Auth::Token { realm, service, issuer, roots } => config.push_str(&format!(
+                "auth:\n  token:\n    realm: {realm}\n    service: {service}\n    issuer: {issuer}\n    rootcertbundle: {}\n",
+                roots.display()
+            )),
         }
         let config_file = dir.join("registry.yml");
         std::fs::write(&config_file, config).expect("write the registry's config");

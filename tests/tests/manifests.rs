@@ -1478,7 +1478,7 @@ fn tekton_task_writes_cobertura_pushes_and_fails_under_the_threshold() {
     let htpasswd = dir.join("htpasswd");
     let hash = Command::new("htpasswd").args(["-Bbn", "ci", "s3cret"]).output().expect("run htpasswd (apache2-utils)");
     std::fs::write(&htpasswd, hash.stdout).unwrap();
-    let registry = livecov_tests::registry::Registry::start(&dir, Some(&htpasswd), None);
+    let registry = livecov_tests::registry::Registry::start(&dir, livecov_tests::registry::Auth::Htpasswd(&htpasswd), None);
     let dockerconfig = dir.join("dockerconfig");
     std::fs::create_dir_all(&dockerconfig).unwrap();
     let auth = Command::new("sh").args(["-c", "printf ci:s3cret | base64 -w0"]).output().expect("run base64").stdout;

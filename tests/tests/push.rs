@@ -2,7 +2,8 @@
 //! (Debian's docker-registry, distribution 2.8): a collect folder pushed
 //! over plain HTTP and read back over the registry API, byte for byte,
 //! and by skopeo; pushed over TLS (a CA the test makes) with an htpasswd
-//! login from a config.json; and the errors: a wrong password, no login,
+//! login from a config.json; to a registry that takes Bearer tokens from a
+//! token service (the test's, issuing a JWT it signs); and the errors: a wrong password, no login,
 //! an untrusted certificate, TLS against plain HTTP both ways, a closed
 //! port, a missing folder and a folder without merged.lcov.
 
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use livecov_tests::livecov_bin;
-use livecov_tests::registry::Registry;
+use livecov_tests::registry::{Auth, Registry};
 use livecov_tests::service::scratch;
 
 const ARTIFACT_TYPE: &str = "application/vnd.livecov.coverage.v1+json";
@@ -134,7 +135,7 @@ fn check_artifact(manifest: &serde_json::Value) {
 #[test]
 fn a_collection_pushed_over_plain_http_comes_back_byte_for_byte() {
     let dir = scratch("push", "plain");
-    let registry = Registry::start(&dir, None, None);
+    let registry = Registry::start(&dir, Auth::None, None);
     let folder = dir.join("coverage/e2e");
     let files = collect_folder(&folder);
     let reference = format!("{}/team/coverage:build-1", registry.address);
@@ -238,7 +239,7 @@ fn a_push_over_tls_logs_in_and_a_refused_login_says_where_it_came_from() {
     let (ca, cert, key) = make_certificates(&dir);
     let htpasswd = dir.join("htpasswd");
     std::fs::write(&htpasswd, run("htpasswd", &["-Bbn", "ci", "s3cret pass"])).unwrap();
-    let registry = Registry::start(&dir, Some(&htpasswd), Some((&cert, &key)));
+    let registry = Registry::start(&dir, Auth::Htpasswd(&htpasswd), Some((&cert, &key)));
     let address = registry.address.clone();
     let folder = dir.join("out");
     let files = collect_folder(&folder);
@@ -318,4 +319,103 @@ fn an_unreachable_registry_a_missing_folder_and_a_bad_reference_are_errors_that_
         assert_eq!(out.status.code(), Some(2), "{bad}: {out:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("REGISTRY/REPO:TAG"), "{bad}: {out:?}");
     }
+}
+
+/// A token service: answers `GET /token?...` with `token` when the request
+/// carries `Authorization: Basic <login>`, else 401; the query of every
+/// request it saw.
+fn token_service(login: &str, token: String) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the token service");
+    let realm = format!("http://{}/token", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let expected =
+        format!("basic {}", String::from_utf8(run("sh", &["-c", &format!("printf %s '{login}' | base64 -w0")])).unwrap());
+    let queries = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(&stream);
+            let mut request_line = String::new();
+            let _ = reader.read_line(&mut request_line);
+            let mut authorized = false;
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                authorized |= line.trim().to_ascii_lowercase() == format!("authorization: {}", expected.to_ascii_lowercase());
+                line.clear();
+            }
+            let target = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            queries.lock().unwrap().push(target);
+            let reply = if authorized {
+                let body = format!("{{\"token\":\"{token}\",\"expires_in\":3600}}");
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
+            };
+            let _ = (&stream).write_all(reply.as_bytes());
+        }
+    });
+    (realm, seen)
+}
+
+/// A JWT as distribution's token authentication takes it: RS256, signed by
+/// `key`, with `cert` (a root of the registry's rootcertbundle) in x5c,
+/// granting pull and push on `repository`.
+fn registry_token(key: &Path, cert: &Path, issuer: &str, service: &str, repository: &str) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let der = String::from_utf8(run("sh", &["-c", &format!("openssl x509 -in '{}' -outform DER | base64 -w0", cert.display())]))
+        .unwrap();
+    let header = serde_json::json!({ "alg": "RS256", "typ": "JWT", "x5c": [der] });
+    let claims = serde_json::json!({
+        "iss": issuer, "sub": "ci", "aud": service, "exp": now + 3600, "nbf": now - 60, "iat": now - 60, "jti": "livecov-test",
+        "access": [{ "type": "repository", "name": repository, "actions": ["pull", "push"] }],
+    });
+    let script = format!(
+        "b64url() {{ base64 -w0 | tr '+/' '-_' | tr -d '='; }}; input=\"$(printf %s '{}' | b64url).$(printf %s '{}' | b64url)\"; \
+         printf %s \"$input.$(printf %s \"$input\" | openssl dgst -sha256 -sign '{}' | b64url)\"",
+        header,
+        claims,
+        key.display()
+    );
+    String::from_utf8(run("sh", &["-c", &script])).unwrap()
+}
+
+#[test]
+fn a_registry_with_a_token_service_gets_the_login_there_and_takes_the_bearer_token() {
+    let dir = scratch("push", "token");
+    let (ca, _, _) = make_certificates(&dir);
+    let (issuer, service, repository) = ("livecov-test-issuer", "livecov-test-registry", "coverage/tokens");
+    let token = registry_token(&dir.join("ca.key"), &ca, issuer, service, repository);
+    let (realm, seen) = token_service("ci:tok3n", token.clone());
+    let registry = Registry::start(&dir, Auth::Token { realm: &realm, service, issuer, roots: &ca }, None);
+    let address = registry.address.clone();
+    let folder = dir.join("out");
+    let files = collect_folder(&folder);
+    let reference = format!("{address}/{repository}:v1");
+    let good = auth_config(&dir.join("good.json"), &address, "ci", "tok3n");
+    let wrong = auth_config(&dir.join("wrong.json"), &address, "ci", "nope");
+
+    let (stdout, _) = push_ok(&dir, &["--plain-http", "--registry-config", path_arg(&good), path_arg(&folder), &reference], &[]);
+    // The token was asked for the registry's service, to pull and push the repository.
+    let queries = seen.lock().unwrap().clone();
+    assert!(!queries.is_empty());
+    for q in &queries {
+        assert_eq!(q, "/token?service=livecov-test-registry&scope=repository%3Acoverage%2Ftokens%3Apull%2Cpush", "{queries:?}");
+    }
+    let digest = stdout.trim().rsplit_once('@').expect("REGISTRY/REPO@DIGEST").1.to_owned();
+    let answer = registry.get(
+        &format!("/v2/{repository}/manifests/v1"),
+        &[&format!("accept: {MANIFEST_TYPE}"), &format!("authorization: Bearer {token}")],
+    );
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    assert_eq!(answer.header("docker-content-digest"), Some(digest.as_str()));
+    check_artifact(&answer.json());
+    assert_eq!(layers(&answer.json()).len(), files.len());
+
+    let stderr = push_fails(&dir, &["--plain-http", "--registry-config", path_arg(&wrong), path_arg(&folder), &reference], &[]);
+    assert!(stderr.contains(&format!("the registry {address} refused the login of \"ci\" from {}", wrong.display())), "{stderr}");
+    let stderr = push_fails(&dir, &["--plain-http", path_arg(&folder), &reference], &[]);
+    assert!(stderr.contains(&format!("the registry {address} asks for a login")), "{stderr}");
 }
