@@ -84,11 +84,11 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let files = list_folder(&args.dir)?;
-    let login = Credentials::find(args.registry_config.as_deref(), &args.reference.registry)?;
+    let credentials = Credentials::find(args.registry_config.as_deref(), &args.reference.registry)?;
     let port = args.reference.port.unwrap_or(if args.plain_http { 80 } else { 443 });
     let endpoint = Endpoint { tls: !args.plain_http, host: args.reference.host.clone(), port };
     let mut registry =
-        Registry { endpoint, repository: args.reference.repository.clone(), login, authorization: None, tls: None };
+        Registry { endpoint, repository: args.reference.repository.clone(), credentials, authorization: None, tls: None };
     let digest = crate::client::block_on(registry.push(&files, &args.reference.tag))??;
     eprintln!("livecov: pushed {} file(s) to {}", files.len(), args.reference);
     println!("{}/{}@{digest}", args.reference.registry, args.reference.repository);
@@ -142,21 +142,8 @@ impl Reference {
                 "{tag:?} is not a tag: up to 128 letters, digits, . _ and -, not starting with . or - ({example})"
             ));
         }
-        let bad_port = || format!("{registry:?}: the port is not a number from 1 to 65535 ({example})");
-        let (host, port) = match registry.strip_prefix('[') {
-            Some(v6) => {
-                let (host, after) = v6.split_once(']').ok_or_else(bad_port)?;
-                match after {
-                    "" => (host, None),
-                    p => (host, Some(p.strip_prefix(':').ok_or_else(bad_port)?)),
-                }
-            }
-            None => match registry.split_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (registry, None),
-            },
-        };
-        let port = port.map(|p| p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad_port)).transpose()?;
+        let (host, port) = split_authority(registry)
+            .ok_or_else(|| format!("{registry:?}: the port is not a number from 1 to 65535 ({example})"))?;
         Ok(Reference {
             registry: registry.to_owned(),
             host: host.to_owned(),
@@ -165,6 +152,28 @@ impl Reference {
             tag: tag.to_owned(),
         })
     }
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; `None` for a bad port.
+fn split_authority(authority: &str) -> Option<(&str, Option<u16>)> {
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            match after {
+                "" => (host, None),
+                p => (host, Some(p.strip_prefix(':')?)),
+            }
+        }
+        None => match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        },
+    };
+    let port = match port {
+        Some(p) => Some(p.parse::<u16>().ok().filter(|&p| p != 0)?),
+        None => None,
+    };
+    (!host.is_empty()).then_some((host, port))
 }
 
 impl fmt::Display for Reference {
@@ -302,12 +311,15 @@ impl Credentials {
             })
         });
         let helper = json.get("credHelpers").and_then(|h| h.get(key)).or_else(|| json.get("credsStore")).and_then(|h| h.as_str());
+        let kept_by = |helper: &str| {
+            format!(
+                "the login of {key} is kept by the credential helper docker-credential-{helper}, which livecov does not \
+                 run: give --registry-config a config.json with auths.\"{key}\".auth (base64 of USER:PASSWORD)"
+            )
+        };
         let Some((k, entry)) = entry else {
             return match helper {
-                Some(helper) => Err(format!(
-                    "the login of {key} is kept by the credential helper docker-credential-{helper}, which livecov \
-                     does not run: give --registry-config a config.json with auths.\"{key}\".auth (base64 of USER:PASSWORD)"
-                )),
+                Some(helper) => Err(kept_by(helper)),
                 None => Ok(None),
             };
         };
@@ -322,10 +334,7 @@ impl Credentials {
         match (field("username"), field("password")) {
             (Some(user), Some(password)) => Ok(Some((user.to_owned(), password.to_owned()))),
             _ => Err(match helper {
-                Some(helper) => format!(
-                    "the login of {key} is kept by the credential helper docker-credential-{helper}, which livecov \
-                     does not run: give --registry-config a config.json with auths.\"{key}\".auth (base64 of USER:PASSWORD)"
-                ),
+                Some(helper) => kept_by(helper),
                 None => format!("auths.\"{k}\" has no auth (base64 of USER:PASSWORD): write it again (`docker login {key}`)"),
             }),
         }
@@ -392,10 +401,10 @@ impl Endpoint {
             (None, None) => bail!("the registry {} sent a location livecov cannot follow: {location:?}", self.authority()),
         };
         let (authority, path) = rest.find('/').map_or((rest, "/"), |i| rest.split_at(i));
-        let reference = Reference::parse(&format!("{authority}/x:x"))
-            .map_err(|_| anyhow!("the registry {} sent a location livecov cannot follow: {location:?}", self.authority()))?;
-        let port = reference.port.unwrap_or(if tls { 443 } else { 80 });
-        Ok((Endpoint { tls, host: reference.host, port }, path.to_owned()))
+        let (host, port) = split_authority(authority)
+            .ok_or_else(|| anyhow!("the registry {} sent a location livecov cannot follow: {location:?}", self.authority()))?;
+        let port = port.unwrap_or(if tls { 443 } else { 80 });
+        Ok((Endpoint { tls, host: host.to_owned(), port }, path.to_owned()))
     }
 }
 
@@ -435,7 +444,7 @@ impl Answer {
 struct Registry {
     endpoint: Endpoint,
     repository: String,
-    login: Credentials,
+    credentials: Credentials,
     /// The `Authorization` the registry accepted (Basic, or a Bearer
     /// token), once it asked for one.
     authorization: Option<String>,
@@ -545,7 +554,7 @@ impl Registry {
                 return Ok(answer);
             }
             if retried {
-                return Err(self.login.refused(&self.endpoint.authority()));
+                return Err(self.credentials.refused(&self.endpoint.authority()));
             }
             self.authorize(&answer).await?;
             retried = true;
@@ -560,7 +569,7 @@ impl Registry {
         let challenge = answer.header(WWW_AUTHENTICATE).unwrap_or("");
         let (scheme, params) = parse_challenge(challenge);
         if scheme.eq_ignore_ascii_case("basic") {
-            self.authorization = Some(self.login.basic().ok_or_else(|| self.login.refused(&registry))?);
+            self.authorization = Some(self.credentials.basic().ok_or_else(|| self.credentials.refused(&registry))?);
             return Ok(());
         }
         if !scheme.eq_ignore_ascii_case("bearer") {
@@ -578,11 +587,11 @@ impl Registry {
             path.push_str(&format!("service={}&", query_encode(service)));
         }
         path.push_str(&format!("scope={}", query_encode(&scope)));
-        let basic = self.login.basic();
+        let basic = self.credentials.basic();
         let token = self.exchange(Method::GET, &at, &path, None, basic.as_deref(), Bytes::new()).await?;
         match token.status {
             StatusCode::OK => {}
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return Err(self.login.refused(&registry)),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => return Err(self.credentials.refused(&registry)),
             status => {
                 bail!("the token service {} of the registry {registry} answered {status}: {}", at.authority(), token.message())
             }
@@ -814,6 +823,19 @@ mod tests {
         ] {
             assert!(Reference::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn locations_resolve_against_the_registry() {
+        let registry = Endpoint { tls: true, host: "r.example".into(), port: 443 };
+        let (at, path) = registry.resolve("/v2/a/blobs/uploads/123?_state=x").unwrap();
+        assert_eq!((at, path.as_str()), (registry.clone(), "/v2/a/blobs/uploads/123?_state=x"));
+        let (at, path) = registry.resolve("http://tokens:5001/auth").unwrap();
+        assert_eq!((at, path.as_str()), (Endpoint { tls: false, host: "tokens".into(), port: 5001 }, "/auth"));
+        let (at, path) = registry.resolve("https://[::1]").unwrap();
+        assert_eq!((at, path.as_str()), (Endpoint { tls: true, host: "::1".into(), port: 443 }, "/"));
+        assert!(registry.resolve("ftp://x/y").is_err());
+        assert!(registry.resolve("http://x:0/y").is_err());
     }
 
     #[test]
