@@ -89,7 +89,7 @@ pub fn run(args: Args) -> Result<()> {
     let endpoint = Endpoint { tls: !args.plain_http, host: args.reference.host.clone(), port };
     let mut registry =
         Registry { endpoint, repository: args.reference.repository.clone(), credentials, authorization: None, tls: None };
-    let digest = crate::client::block_on(registry.push(&files, &args.reference.tag))??;
+    let digest = crate::client::block_on(registry.push(&files, &args.reference.tag)).context("cannot start the runtime")??;
     eprintln!("livecov: pushed {} file(s) to {}", files.len(), args.reference);
     println!("{}/{}@{digest}", args.reference.registry, args.reference.repository);
     Ok(())
