@@ -42,6 +42,8 @@ pub struct CoverageMapping {
     file_ids: FxHashMap<String, FileName>,
     /// Functions in the order llvm-cov loads them.
     pub functions: Vec<FunctionMapping>,
+    /// How many objects' function records were read.
+    objects: u32,
 }
 
 /// One function's mapping record.
@@ -59,6 +61,21 @@ pub struct FunctionMapping {
     pub expressions: Vec<Expression>,
     /// Regions in stored order: file id 0 first, then 1, ...
     pub regions: Vec<Region>,
+    /// Where `expressions` and `regions` were decoded from.
+    pub stored: Stored,
+}
+
+/// Where a function's record is in its object's `__llvm_covfun`. A reader
+/// that keeps the objects mapped can drop what it decoded from them (a
+/// decoded mapping is several times the size of the section) and decode a
+/// function again when it needs it: see [`CoverageMapping::release`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// The object, numbered in the order the mapping read them.
+    pub object: u32,
+    /// The record's mapping data: its offset in the section and its length.
+    at: usize,
+    len: usize,
 }
 
 /// A reference to a counter value, as mapping regions and expressions use.
@@ -195,6 +212,22 @@ impl CoverageMapping {
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
     }
 
+    /// Where an object file's `__llvm_covfun` section is in `image`, for
+    /// [`restore`](Self::restore); `None` when it has none or it is
+    /// compressed.
+    pub fn covfun_range(image: &[u8]) -> Option<std::ops::Range<usize>> {
+        use object::{Object, ObjectSection};
+        let file = object::File::parse(image).ok()?;
+        let section = file.section_by_name("__llvm_covfun")?;
+        let compressed = section.compressed_file_range().ok()?;
+        if compressed.format != object::CompressionFormat::None {
+            return None;
+        }
+        let (at, len) = section.file_range()?;
+        let range = usize::try_from(at).ok()?..usize::try_from(at.checked_add(len)?).ok()?;
+        image.get(range.clone()).map(|_| range)
+    }
+
     /// Appends the functions of one object given as the contents of its
     /// `__llvm_covmap` and `__llvm_covfun` sections and the table of its
     /// `__llvm_prf_names`: what [`add_object`](Self::add_object) reads from
@@ -216,6 +249,44 @@ impl CoverageMapping {
     ) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
         self.read_covfun(covfun, &tables, |name_ref| names.get(&name_ref).map(String::as_str), endian)
+    }
+
+    /// Drops the expressions and regions of every function: most of a
+    /// decoded mapping, and what only a report of the function needs.
+    /// [`restore`](Self::restore) decodes them again.
+    pub fn release(&mut self) {
+        for f in &mut self.functions {
+            f.expressions = Vec::new();
+            f.regions = Vec::new();
+        }
+    }
+
+    /// Decodes again the expressions and regions of the `functions` given
+    /// (indices) that were released, from `covfun`, the `__llvm_covfun`
+    /// section of an object (numbered as [`Stored::object`]).
+    pub fn restore<'s>(&mut self, functions: &[usize], covfun: impl Fn(u32) -> Option<&'s [u8]>) -> Result<()> {
+        for &i in functions {
+            let Some(f) = self.functions.get_mut(i) else { continue };
+            if !f.regions.is_empty() {
+                continue;
+            }
+            let Stored { object, at, len } = f.stored;
+            let section = covfun(object).ok_or_else(|| Error::Mismatch(format!("object {object} of the mapping is gone")))?;
+            let Some(record) = section.get(at..at.saturating_add(len)) else {
+                return Err(Error::malformed("function coverage mapping", at as u64, "beyond the end of __llvm_covfun"));
+            };
+            // LEB128 throughout: the byte order does not matter.
+            let mut data = Bytes::new(record, at as u64, Endian::Little, "function coverage mapping");
+            let num_files = data.uleb_len()?;
+            for _ in 0..num_files {
+                data.uleb()?;
+            }
+            if num_files != f.filenames.len() {
+                return Err(data.error("the record changed since it was read"));
+            }
+            (f.expressions, f.regions) = decode_body(&mut data, num_files)?;
+        }
+        Ok(())
     }
 
     /// Reads every compilation unit's header and filename table, keyed by the
@@ -267,6 +338,8 @@ impl CoverageMapping {
         // functions: LLVM keeps the first record of a name, except that a
         // dummy record is replaced by a later real one.
         let mut by_name: FxHashMap<u64, (usize, bool)> = FxHashMap::default();
+        let object = self.objects;
+        self.objects += 1;
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
         while bytes.remaining() > 0 {
             let record_at = bytes.position();
@@ -278,6 +351,7 @@ impl CoverageMapping {
             let hash = bytes.u64()?;
             let filenames_ref = bytes.u64()?;
             let mut data = bytes.split(data_len as usize, "function coverage mapping")?;
+            let stored = Stored { object, at: data.offset() as usize, len: data_len as usize };
             bytes.align(8).or_else(|_| bytes.skip(bytes.remaining()))?;
 
             let filenames = match tables.get(filenames_ref) {
@@ -310,6 +384,7 @@ impl CoverageMapping {
                         filenames: mapping.filenames,
                         expressions: mapping.expressions,
                         regions: mapping.regions,
+                        stored,
                     });
                 }
                 Some(&(index, old_is_dummy)) => {
@@ -323,6 +398,7 @@ impl CoverageMapping {
                     old.filenames = mapping.filenames;
                     old.expressions = mapping.expressions;
                     old.regions = mapping.regions;
+                    old.stored = stored;
                 }
             }
         }
@@ -527,7 +603,12 @@ fn decode_function(data: &mut Bytes<'_>, table: &[FileName]) -> Result<DecodedFu
         })?;
         filenames.push(*id);
     }
+    let (expressions, regions) = decode_body(data, num_files)?;
+    Ok(DecodedFunction { filenames, expressions, regions })
+}
 
+/// A function record's expressions and regions, which follow its file ids.
+fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<(Vec<Expression>, Vec<Region>)> {
     let num_expressions = data.uleb_len()?;
     // An expression's kind is given by the tag of the counters that refer
     // to it; until one does, LLVM treats it as a subtraction.
@@ -547,7 +628,7 @@ fn decode_function(data: &mut Bytes<'_>, table: &[FileName]) -> Result<DecodedFu
         read_regions(data, &mut expressions, file_id, num_files as u32, &mut regions)?;
     }
     propagate_expansion_counters(&mut regions, num_files);
-    Ok(DecodedFunction { filenames, expressions, regions })
+    Ok((expressions, regions))
 }
 
 fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {

@@ -23,7 +23,13 @@ use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, RawP
 pub struct Engine {
     ids: Vec<ModuleId>,
     modules: Vec<Module>,
+    /// Regions and expressions released between reports: the mapping is
+    /// several times the size of the sections it is decoded from, which
+    /// stay mapped in `objects`.
     mapping: CoverageMapping,
+    /// The mapping's objects (numbered as `mapping::Stored::object`): their
+    /// files mapped, and where their `__llvm_covfun` is.
+    objects: Vec<(memmap2::Mmap, Option<std::ops::Range<usize>>)>,
     /// Per module: counter bytes at the last reset.
     baseline: Vec<Option<Vec<u8>>>,
     /// Every file of the mapping, sorted by name (report order).
@@ -129,6 +135,7 @@ impl Engine {
         let mut modules = Vec::new();
         let mut baseline = Vec::new();
         let mut mapping = CoverageMapping::new();
+        let mut objects = Vec::new();
         for id in &ids {
             let old = self.modules.iter().position(|m| m.id == *id);
             let image = map_file(id, ids.first() == Some(id))?;
@@ -137,7 +144,10 @@ impl Engine {
                 None => modules::open_module(id, &image)?.map(|m| (m, None)),
             };
             let Some((module, base)) = module else { continue };
-            mapping.add_object(&image).map_err(|e| e.context(&id.path.display().to_string()))?;
+            if mapping.add_object(&image).map_err(|e| e.context(&id.path.display().to_string()))?.is_some() {
+                let covfun = CoverageMapping::covfun_range(&image);
+                objects.push((image, covfun));
+            }
             modules.push(module);
             baseline.push(base);
         }
@@ -151,7 +161,17 @@ impl Engine {
         self.modules = modules;
         self.baseline = baseline;
         self.mapping = mapping;
+        self.objects = objects;
         Ok(())
+    }
+
+    /// Decodes again the released regions of `functions`.
+    fn restore(&mut self, functions: &[usize]) -> Result<()> {
+        let objects = &self.objects;
+        self.mapping.restore(functions, |object| {
+            let (image, range) = objects.get(object as usize)?;
+            image.get(range.clone()?)
+        })
     }
 
     /// The executable never unloads; shared objects may.
@@ -236,7 +256,7 @@ impl Engine {
             if changed.keys.is_empty() && self.last.written_with == written_with {
                 return Ok(self.last.report.clone());
             }
-            return self.report(options, Some(changed));
+            return self.report_or_forget(options, Some(changed));
         }
 
         // Everything again: decode every record of a full snapshot.
@@ -263,7 +283,17 @@ impl Engine {
         self.last.functions = functions;
         self.last.functions_of_file = functions_of_file;
         self.last.modules = states;
-        self.report(options, None)
+        self.report_or_forget(options, None)
+    }
+
+    /// A report that failed half way leaves the incremental state behind
+    /// the counters: the next one is computed whole.
+    fn report_or_forget(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<hyper::body::Bytes> {
+        let report = self.report(options, changed);
+        if report.is_err() {
+            self.last.forget();
+        }
+        report
     }
 
     /// Whether the function with `key` has a file in reports (the agent's
@@ -338,28 +368,29 @@ impl Engine {
             }
             Some(changed) => {
                 let mut functions = Vec::new();
-                let mut rebuild = Vec::new();
                 for key in &changed.keys {
                     match counters.lookup(key.0, key.1) {
                         Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
                         _ => last.merged.remove(key),
                     };
-                    for &i in last.functions.get(key).into_iter().flatten() {
-                        functions.push(i);
-                        // Whether llvm-cov loads a zero-region stub depends on
-                        // its counts: its files are computed whole again.
-                        let f = &self.mapping.functions[i];
-                        if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
-                            rebuild.extend(f.filenames.iter().copied());
-                        }
-                    }
+                    functions.extend(last.functions.get(key).into_iter().flatten());
                 }
                 functions.sort_unstable();
                 functions.dedup();
-                (functions, rebuild)
+                (functions, Vec::new())
             }
         };
         self.counters = counters;
+        self.restore(&changed_functions)?;
+        let last = &mut self.last;
+        for &i in &changed_functions {
+            // Whether llvm-cov loads a zero-region stub depends on its
+            // counts: its files are computed whole again.
+            let f = &self.mapping.functions[i];
+            if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
+                rebuild.extend(f.filenames.iter().copied());
+            }
+        }
         rebuild.sort_unstable();
         rebuild.dedup();
 
@@ -389,6 +420,8 @@ impl Engine {
         }
         whole.sort_unstable();
         whole.dedup();
+        self.restore(&whole)?;
+        let last = &mut self.last;
         let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), whole.into_iter());
         let index_of: FxHashMap<usize, usize> =
             coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
@@ -407,6 +440,7 @@ impl Engine {
             }
         }
         drop(coverage);
+        self.mapping.release();
         let mut report = String::with_capacity(last.report.len());
         for &f in &self.files {
             if let Some(live) = &last.files[f as usize] {
