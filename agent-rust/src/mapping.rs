@@ -44,6 +44,9 @@ pub struct CoverageMapping {
     pub functions: Vec<FunctionMapping>,
     /// How many objects' function records were read.
     objects: u32,
+    /// Set when functions are read without their regions (see
+    /// [`without_regions`](Self::without_regions)).
+    released: bool,
 }
 
 /// One function's mapping record.
@@ -153,6 +156,14 @@ pub struct ObjectInfo {
 impl CoverageMapping {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A mapping whose functions are read released (see
+    /// [`release`](Self::release)): their regions are decoded by
+    /// [`restore`](Self::restore) alone, so that a reader that needs a few
+    /// at a time never holds them all.
+    pub fn without_regions() -> Self {
+        CoverageMapping { released: true, ..Self::default() }
     }
 
     pub fn file_name(&self, id: FileName) -> &str {
@@ -375,7 +386,7 @@ impl CoverageMapping {
                             format!("function name {name_ref:#018x} is not in __llvm_prf_names"),
                         ));
                     };
-                    let mapping = decode_function(&mut data, filenames)?;
+                    let mapping = decode_function(&mut data, filenames, !self.released)?;
                     by_name.insert(name_ref, (self.functions.len(), is_dummy));
                     self.functions.push(FunctionMapping {
                         name: name.to_owned(),
@@ -391,7 +402,7 @@ impl CoverageMapping {
                     if is_dummy || !old_is_dummy {
                         continue;
                     }
-                    let mapping = decode_function(&mut data, filenames)?;
+                    let mapping = decode_function(&mut data, filenames, !self.released)?;
                     by_name.insert(name_ref, (index, false));
                     let old = &mut self.functions[index];
                     old.hash = hash;
@@ -592,7 +603,8 @@ struct DecodedFunction {
 
 /// Decodes one function's mapping data: its file ids, expressions and
 /// regions (all LEB128).
-fn decode_function(data: &mut Bytes<'_>, table: &[FileName]) -> Result<DecodedFunction> {
+/// A function record; its expressions and regions left empty unless `body`.
+fn decode_function(data: &mut Bytes<'_>, table: &[FileName], body: bool) -> Result<DecodedFunction> {
     let num_files = data.uleb_len()?;
     let mut filenames = Vec::with_capacity(num_files);
     for _ in 0..num_files {
@@ -603,7 +615,7 @@ fn decode_function(data: &mut Bytes<'_>, table: &[FileName]) -> Result<DecodedFu
         })?;
         filenames.push(*id);
     }
-    let (expressions, regions) = decode_body(data, num_files)?;
+    let (expressions, regions) = if body { decode_body(data, num_files)? } else { Default::default() };
     Ok(DecodedFunction { filenames, expressions, regions })
 }
 

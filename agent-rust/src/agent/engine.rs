@@ -134,7 +134,7 @@ impl Engine {
         }
         let mut modules = Vec::new();
         let mut baseline = Vec::new();
-        let mut mapping = CoverageMapping::new();
+        let mut mapping = CoverageMapping::without_regions();
         let mut objects = Vec::new();
         for id in &ids {
             let old = self.modules.iter().position(|m| m.id == *id);
@@ -397,10 +397,6 @@ impl Engine {
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
         rebuild.retain(|&f| !ignored(f));
         last.files.resize_with(self.mapping.files.len(), || None);
-        // Every function of the files built whole, the changed ones, and
-        // the others of their stretches that keep no parts.
-        let mut whole: Vec<usize> = rebuild.iter().flat_map(|&f| last.functions_of_file[f as usize].iter().copied()).collect();
-        whole.extend(&changed_functions);
         // The files with a record that changed functions touch, and which.
         let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
         for &i in &changed_functions {
@@ -413,34 +409,31 @@ impl Engine {
                 }
             }
         }
-        for (file, changed) in &touched {
-            if let Some(live) = &last.files[*file as usize] {
-                live.needs(changed, &mut whole);
+        if !touched.is_empty() {
+            // The changed functions, and the others of their stretches
+            // that keep no parts.
+            let mut loaded = changed_functions;
+            for (file, changed) in &touched {
+                if let Some(live) = &last.files[*file as usize] {
+                    live.needs(changed, &mut loaded);
+                }
             }
-        }
-        whole.sort_unstable();
-        whole.dedup();
-        self.restore(&whole)?;
-        let last = &mut self.last;
-        let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(last), whole.into_iter());
-        let index_of: FxHashMap<usize, usize> =
-            coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
-        for (file, changed) in &touched {
-            if let Some(live) = &mut last.files[*file as usize] {
-                live.update(&coverage, &index_of, changed);
+            loaded.sort_unstable();
+            loaded.dedup();
+            self.restore(&loaded)?;
+            let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), loaded.into_iter());
+            let index_of: FxHashMap<usize, usize> =
+                coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+            for (file, changed) in &touched {
+                if let Some(live) = &mut self.last.files[*file as usize] {
+                    live.update(&coverage, &index_of, changed);
+                }
             }
+            drop(coverage);
         }
-        if !rebuild.is_empty() {
-            let present: FxHashSet<FileName> = coverage.source_files().into_iter().collect();
-            for file in rebuild {
-                last.files[file as usize] = present.contains(&file).then(|| {
-                    let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
-                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
-                });
-            }
-        }
-        drop(coverage);
+        self.compute_whole(&rebuild, options)?;
         self.mapping.release();
+        let last = &mut self.last;
         let mut report = String::with_capacity(last.report.len());
         for &f in &self.files {
             if let Some(live) = &last.files[f as usize] {
@@ -449,6 +442,40 @@ impl Engine {
         }
         last.report = report.into();
         Ok(last.report.clone())
+    }
+
+    /// Computes the records of `files` whole, a batch of files at a time:
+    /// the regions of a batch's functions are decoded for it alone, so that
+    /// the first dump never holds the whole decoded mapping (several times
+    /// the size of `__llvm_covfun`), and what it leaves behind is not
+    /// scattered over the memory of a peak that size.
+    fn compute_whole(&mut self, mut files: &[FileName], options: &ReportOptions<'_>) -> Result<()> {
+        while !files.is_empty() {
+            let mut functions = Vec::new();
+            let mut n = 0;
+            while n < files.len() && (n == 0 || functions.len() < BATCH_FUNCTIONS) {
+                functions.extend(&self.last.functions_of_file[files[n] as usize]);
+                n += 1;
+            }
+            let (batch, rest) = files.split_at(n);
+            files = rest;
+            functions.sort_unstable();
+            functions.dedup();
+            self.restore(&functions)?;
+            // A file's record needs the functions that touch it, and no
+            // other (see `Coverage::of_functions`).
+            let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
+            let present: FxHashSet<FileName> = coverage.functions.iter().flat_map(|f| f.filenames.iter().copied()).collect();
+            for &file in batch {
+                self.last.files[file as usize] = present.contains(&file).then(|| {
+                    let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
+                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
+                });
+            }
+            drop(coverage);
+            self.mapping.release();
+        }
+        Ok(())
     }
 
     /// llvm-cov's JSON export (`llvm-cov export -format=text`) of the
@@ -584,6 +611,9 @@ impl Engine {
         Ok(())
     }
 }
+
+/// About how many functions [`Engine::compute_whole`] decodes at a time.
+const BATCH_FUNCTIONS: usize = 2048;
 
 /// Drops the functions with no file in reports (the standard library's, a
 /// dependency's, what LIVECOV_IGNORE matches): they change no byte of one,
