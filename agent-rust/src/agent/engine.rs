@@ -10,7 +10,10 @@
 use regex::Regex;
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use hyper::body::Bytes;
+
 use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
+use super::server::Chunks;
 use crate::coverage::{CounterSource, Coverage};
 use crate::error::{Error, Result};
 use crate::fleet::{self, ReportSettings};
@@ -72,11 +75,12 @@ struct Incremental {
     /// ascending: a dump recomputes the files whose functions ran without
     /// looking at every function of the program.
     functions_of_file: Vec<Vec<usize>>,
-    /// Per file (indexed by `FileName`): its record in parts, `None` when
-    /// it is not in the report.
-    files: Vec<Option<lcov::LiveFile>>,
-    /// The last report, shared with the answers that carry it.
-    report: hyper::body::Bytes,
+    /// Per file (indexed by `FileName`): its record in parts and its text,
+    /// `None` when it is not in the report.
+    files: Vec<Option<(lcov::LiveFile, Bytes)>>,
+    /// The last report: the texts of `files`, shared with the answers
+    /// that carry it.
+    report: Chunks,
     /// Set when the last whole merge had no warnings (names all resolved,
     /// counter counts agree): only then are merged counts updated key by key.
     exact: bool,
@@ -231,7 +235,7 @@ impl Engine {
     }
 
     /// The LCOV report of the counts since start (or the last reset).
-    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<hyper::body::Bytes> {
+    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.functions.is_empty() {
@@ -288,7 +292,7 @@ impl Engine {
 
     /// A report that failed half way leaves the incremental state behind
     /// the counters: the next one is computed whole.
-    fn report_or_forget(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<hyper::body::Bytes> {
+    fn report_or_forget(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<Chunks> {
         let report = self.report(options, changed);
         if report.is_err() {
             self.last.forget();
@@ -340,7 +344,7 @@ impl Engine {
 
     /// Merges the records of `changed` functions (all, when `None`) as
     /// llvm-profdata would, and recomputes what of the report they reach.
-    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<hyper::body::Bytes> {
+    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<Chunks> {
         let last = &mut self.last;
         last.written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         let mut counters = std::mem::take(&mut self.counters);
@@ -414,7 +418,7 @@ impl Engine {
             // that keep no parts.
             let mut loaded = changed_functions;
             for (file, changed) in &touched {
-                if let Some(live) = &last.files[*file as usize] {
+                if let Some((live, _)) = &last.files[*file as usize] {
                     live.needs(changed, &mut loaded);
                 }
             }
@@ -425,8 +429,8 @@ impl Engine {
             let index_of: FxHashMap<usize, usize> =
                 coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
             for (file, changed) in &touched {
-                if let Some(live) = &mut self.last.files[*file as usize] {
-                    live.update(&coverage, &index_of, changed);
+                if let Some((live, text)) = &mut self.last.files[*file as usize] {
+                    *text = live.update(&coverage, &index_of, changed, text).into();
                 }
             }
             drop(coverage);
@@ -434,13 +438,17 @@ impl Engine {
         self.compute_whole(&rebuild, options)?;
         self.mapping.release();
         let last = &mut self.last;
-        let mut report = String::with_capacity(last.report.len());
+        let test_name = options.test_name.map(|test| Bytes::from(format!("TN:{test}\n")));
+        let mut report = Chunks::default();
         for &f in &self.files {
-            if let Some(live) = &last.files[f as usize] {
-                live.write(&mut report, options.test_name);
+            if let Some((_, text)) = &last.files[f as usize] {
+                if let Some(test_name) = &test_name {
+                    report.push(test_name.clone());
+                }
+                report.push(text.clone());
             }
         }
-        last.report = report.into();
+        last.report = report;
         Ok(last.report.clone())
     }
 
@@ -469,7 +477,8 @@ impl Engine {
             for &file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {
                     let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
-                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
+                    let (live, text) = lcov::LiveFile::new(&coverage, file, sf, !options.demangle);
+                    (live, text.into())
                 });
             }
             drop(coverage);

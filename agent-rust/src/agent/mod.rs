@@ -370,12 +370,12 @@ impl Agent {
     /// The LCOV report of the counts since start or the last reset.
     pub fn lcov(&self, test_name: Option<&str>, reset: bool) -> crate::Result<String> {
         let report = self.report(test_name, reset)?;
-        Ok(String::from_utf8_lossy(&report).into_owned())
+        Ok(String::from_utf8_lossy(&report.to_vec()).into_owned())
     }
 
     /// [`Self::lcov`], shared with the agent's own copy (no copy of a
     /// report of megabytes per answer).
-    fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<hyper::body::Bytes> {
+    fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
         let options = self.report_options(test_name);
         lock(&self.engine).lcov(&options, reset)
     }
@@ -423,7 +423,7 @@ impl Agent {
                 bytes.extend_from_slice(id.as_bytes());
                 bytes.push(b'\n');
                 bytes.extend_from_slice(&gzip);
-                if let Err(e) = file.write(&bytes) {
+                if let Err(e) = file.write(&[&bytes]) {
                     eprintln!("livecov: cannot write {}: {e}", file.path().display());
                 }
             }
@@ -436,14 +436,14 @@ impl Agent {
     /// atomically: to a temporary name beside it, then renamed.
     pub fn write_report_to(&self, path: &Path) -> crate::Result<()> {
         let report = self.report(None, false)?;
-        reports::write_atomically(path, &report)
+        reports::write_atomically(path, &report.iter().collect::<Vec<_>>())
             .map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
     }
 
     fn report_or_complain(&self, file: &reports::InstanceFile, reset: bool) {
         match std::panic::catch_unwind(|| self.report(None, reset)) {
             Ok(Ok(report)) => {
-                if let Err(e) = file.write(&report) {
+                if let Err(e) = file.write(&report.iter().collect::<Vec<_>>()) {
                     eprintln!("livecov: cannot write {}: {e}", file.path().display());
                 }
             }
@@ -488,7 +488,7 @@ impl Agent {
     fn write_metadata(&self, state: &str) {
         let Some(files) = &self.files else { return };
         let json = self.metadata(state);
-        if let Err(e) = files.metadata.write(json.as_bytes()) {
+        if let Err(e) = files.metadata.write(&[json.as_bytes()]) {
             eprintln!("livecov: cannot write {}: {e}", files.metadata.path().display());
         }
     }
@@ -538,7 +538,7 @@ impl Service for Handle {
             }),
             Format::Json => {
                 let lcov = agent.report(query.test.as_deref(), query.reset).map_err(internal)?;
-                let lcov = String::from_utf8_lossy(&lcov);
+                let lcov = String::from_utf8_lossy(&lcov.to_vec()).into_owned();
                 let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }

@@ -101,7 +101,7 @@ impl InstanceFile {
 
     /// Replaces the file's content: atomically where the folder allows it,
     /// else in place through the prepared descriptor.
-    pub fn write(&self, bytes: &[u8]) -> io::Result<()> {
+    pub fn write(&self, bytes: &[&[u8]]) -> io::Result<()> {
         let mut prepared = super::lock(&self.prepared);
         match write_atomically(&self.path, bytes) {
             Ok(()) => {
@@ -139,7 +139,7 @@ impl Prepared {
         Ok(Prepared { file, id: (meta.dev(), meta.ino()) })
     }
 
-    fn rewrite(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    fn rewrite(&self, path: &Path, bytes: &[&[u8]]) -> io::Result<()> {
         let current = self.file.metadata()?;
         let named = std::fs::metadata(path)?;
         if (current.dev(), current.ino()) != self.id || (named.dev(), named.ino()) != self.id {
@@ -151,8 +151,12 @@ impl Prepared {
         }
         // Content first, then the length: a reader sees old or new bytes,
         // never a file cut short of what was written.
-        self.file.write_all_at(bytes, 0)?;
-        self.file.set_len(bytes.len() as u64)
+        let mut at = 0;
+        for chunk in bytes {
+            self.file.write_all_at(chunk, at)?;
+            at += chunk.len() as u64;
+        }
+        self.file.set_len(at)
     }
 }
 
@@ -169,9 +173,18 @@ fn denied(e: io::Error, path: &Path) -> io::Error {
 
 /// Writes to a temporary name beside `path`, then renames: readers never
 /// see a torn file.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+/// `bytes` are written one after the other (a report in its chunks).
+pub fn write_atomically(path: &Path, bytes: &[&[u8]]) -> io::Result<()> {
+    use std::io::Write;
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
+    let write = || -> io::Result<()> {
+        let mut file = std::fs::File::create(&tmp)?;
+        for chunk in bytes {
+            file.write_all(chunk)?;
+        }
+        Ok(())
+    };
+    write().and_then(|()| std::fs::rename(&tmp, path)).inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
 }
@@ -191,13 +204,13 @@ mod tests {
     fn a_prepared_file_follows_renames_and_is_rewritten_in_place() {
         let dir = scratch("prepared");
         let f = InstanceFile::new(dir.join("i.json"));
-        f.write(b"first, long enough").unwrap();
+        f.write(&[b"first, long enough"]).unwrap();
         f.prepare().unwrap();
-        f.write(b"second, renamed").unwrap();
+        f.write(&[b"second, ", b"renamed"]).unwrap();
         // What a write does once the folder refuses the rename (the process
         // changed its user; a test run as root cannot be refused it).
         let guard = super::super::lock(&f.prepared);
-        guard.as_ref().expect("still prepared").rewrite(f.path(), b"third").unwrap();
+        guard.as_ref().expect("still prepared").rewrite(f.path(), &[b"th", b"ird"]).unwrap();
         drop(guard);
         assert_eq!(std::fs::read(f.path()).unwrap(), b"third");
     }
@@ -210,7 +223,7 @@ mod tests {
         std::fs::remove_file(f.path()).unwrap();
         std::fs::write(f.path(), b"someone else's").unwrap();
         let guard = super::super::lock(&f.prepared);
-        let err = guard.as_ref().unwrap().rewrite(f.path(), b"ours").unwrap_err();
+        let err = guard.as_ref().unwrap().rewrite(f.path(), &[b"ours"]).unwrap_err();
         assert!(err.to_string().contains("replaced"), "{err}");
         drop(guard);
         assert_eq!(std::fs::read(f.path()).unwrap(), b"someone else's");

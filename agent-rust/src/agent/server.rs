@@ -71,8 +71,8 @@ use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::{Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -164,9 +164,86 @@ pub struct Body {
     /// E.g. `text/plain; charset=utf-8`. Must be a valid header value, else
     /// the response is a `500`.
     pub content_type: &'static str,
-    pub bytes: Bytes,
+    pub bytes: Chunks,
     /// Sent as `Livecov-Mapping`: the build mapping the body goes with.
     pub mapping: Option<String>,
+}
+
+/// A body in shared chunks, sent one after the other. A report is the
+/// records of its files, which the agent keeps from dump to dump: an answer
+/// sends them as they are, and copies none (a report is megabytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chunks(Vec<Bytes>);
+
+impl Chunks {
+    pub fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.0.push(chunk);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.0.iter().map(|b| &b[..])
+    }
+
+    /// The chunks in one piece.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.0.concat()
+    }
+}
+
+impl From<Bytes> for Chunks {
+    fn from(bytes: Bytes) -> Chunks {
+        let mut chunks = Chunks::default();
+        chunks.push(bytes);
+        chunks
+    }
+}
+
+impl From<Vec<u8>> for Chunks {
+    fn from(bytes: Vec<u8>) -> Chunks {
+        Bytes::from(bytes).into()
+    }
+}
+
+impl From<String> for Chunks {
+    fn from(text: String) -> Chunks {
+        Bytes::from(text).into()
+    }
+}
+
+/// [`Chunks`] as a response body, with its length known (`Content-Length`).
+struct ResponseBody(std::vec::IntoIter<Bytes>);
+
+impl hyper::body::Body for ResponseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.get_mut().0.next().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.as_slice().is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.0.as_slice().iter().map(|b| b.len() as u64).sum())
+    }
+}
+
+impl From<Chunks> for ResponseBody {
+    fn from(chunks: Chunks) -> ResponseBody {
+        ResponseBody(chunks.0.into_iter())
+    }
 }
 
 /// An error response: `status` (4xx/5xx) with the JSON body
@@ -546,7 +623,7 @@ fn remove_socket_file(path: &Path, id: (u64, u64)) {
 // The runtime side.
 
 /// A dump's content type, body and build mapping id.
-type Outcome = Result<(&'static str, Bytes, Option<String>), ApiError>;
+type Outcome = Result<(&'static str, Chunks, Option<String>), ApiError>;
 type Flights = Arc<Mutex<HashMap<(Option<String>, Format), watch::Receiver<Option<Outcome>>>>>;
 
 struct Ctx {
@@ -672,7 +749,7 @@ impl<F: Future> Future for CatchUnwind<F> {
     }
 }
 
-type Resp = Response<Full<Bytes>>;
+type Resp = Response<ResponseBody>;
 
 const ROUTES: &str = "GET /coverage, POST /reset, GET /health";
 
@@ -943,8 +1020,8 @@ fn clip(s: &str) -> &str {
     }
 }
 
-fn ok(status: StatusCode, content_type: &'static str, bytes: Bytes) -> Resp {
-    let mut r = Response::new(Full::new(bytes));
+fn ok(status: StatusCode, content_type: &'static str, bytes: impl Into<Chunks>) -> Resp {
+    let mut r = Response::new(ResponseBody::from(bytes.into()));
     *r.status_mut() = status;
     if status != StatusCode::NO_CONTENT {
         match HeaderValue::from_str(content_type) {
@@ -967,7 +1044,7 @@ fn error(e: &ApiError) -> Resp {
     body.push_str("{\"error\":");
     json_string(&mut body, &e.message);
     body.push('}');
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(ResponseBody::from(Chunks::from(body)));
     *r.status_mut() = status;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r

@@ -33,16 +33,14 @@ use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span
 use crate::mapping::FileName;
 
 /// One file's record, in parts. Functions are named by their index in the
-/// mapping.
+/// mapping. The record's text is the caller's: the lines of the stretches
+/// that did not change are copied from the last one.
 #[derive(Debug)]
 pub struct LiveFile {
     file: FileName,
     /// `SF:` (its path rewritten) and the `FN:` lines: which functions a
     /// file has does not change while the modules do not.
     head: String,
-    /// The record as last written (without `TN:`): the parts of the
-    /// stretches that did not change are copied from it.
-    text: String,
     /// The display names of the functions defined in the file, in `FN`
     /// order (`names[ends[i-1]..ends[i]]`), and their counts.
     names: String,
@@ -73,7 +71,7 @@ struct Stretch {
     /// them by the difference of the functions that ran (from the first
     /// dump after the first that reaches it).
     kept: Option<Box<Kept>>,
-    /// Where its `DA` and `BRDA` lines are in the record's text.
+    /// Where its `DA` and `BRDA` lines are in the record's last text.
     da: std::ops::Range<usize>,
     brda: std::ops::Range<usize>,
     /// Its lines computed again, not yet in the text.
@@ -106,8 +104,9 @@ struct Group {
 
 impl LiveFile {
     /// The record of `file`, from `coverage`, which loaded every function
-    /// touching it. `sf` is its `SF:` line as reports show it.
-    pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> LiveFile {
+    /// touching it, and its text (without `TN:`). `sf` is its `SF:` line
+    /// as reports show it.
+    pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> (LiveFile, String) {
         let mut head = sf;
         let (names, ends) = defined_names(coverage, file, no_demangle);
         write_fn_lines(&mut head, coverage, file, &names, &ends);
@@ -147,7 +146,6 @@ impl LiveFile {
         }
         let mut live = LiveFile {
             file,
-            text: String::new(),
             head,
             names,
             ends,
@@ -190,8 +188,8 @@ impl LiveFile {
             live.groups.push(group);
         }
         live.stretches_of.sort_unstable();
-        live.render();
-        live
+        let text = live.render(&[]);
+        (live, text)
     }
 
     /// Adds to `out` the functions a dump must load, besides the `changed`
@@ -207,8 +205,14 @@ impl LiveFile {
 
     /// Computes again what `changed` reach, from `coverage`, which loaded
     /// them and what [`Self::needs`] named; `index_of` maps a function to
-    /// its place in `coverage`.
-    pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
+    /// its place in `coverage`. Returns the new text, given the last one.
+    pub fn update(
+        &mut self,
+        coverage: &Coverage<'_>,
+        index_of: &FxHashMap<usize, usize>,
+        changed: &[usize],
+        last: &[u8],
+    ) -> String {
         let (stretches, groups) = self.reached(changed);
         let mut wanted = changed.to_vec();
         self.needs(changed, &mut wanted);
@@ -229,7 +233,7 @@ impl LiveFile {
         for g in groups {
             self.groups[g].compute(coverage, &loaded, &mut data);
         }
-        self.render();
+        self.render(last)
     }
 
     /// The stretches and groups of `changed`.
@@ -244,20 +248,16 @@ impl LiveFile {
         (stretches.into_iter().collect(), groups.into_iter().collect())
     }
 
-    /// Appends the record, as [`super::write_file`] writes it.
-    pub fn write(&self, out: &mut String, test_name: Option<&str>) {
-        if let Some(test) = test_name {
-            out.push_str("TN:");
-            out.push_str(test);
-            out.push('\n');
-        }
-        out.push_str(&self.text);
-    }
-
-    /// Writes the text again: the counts, totals and fresh stretches new,
-    /// the other stretches' lines copied.
-    fn render(&mut self) {
-        let mut out = String::with_capacity(self.text.len().max(self.head.len() * 2));
+    /// The text (as [`super::write_file`] writes a record, without `TN:`)
+    /// again: the counts, totals and fresh stretches new, the other
+    /// stretches' lines copied from `last`.
+    fn render(&mut self, last: &[u8]) -> String {
+        // The copied lines are ASCII but for file and function names: valid
+        // UTF-8, as `last` was written here.
+        let copy = |out: &mut String, range: &std::ops::Range<usize>| {
+            out.push_str(&String::from_utf8_lossy(last.get(range.clone()).unwrap_or_default()));
+        };
+        let mut out = String::with_capacity(last.len().max(self.head.len() * 2));
         out.push_str(&self.head);
         write_fnda_lines(&mut out, self.executions.iter().copied(), &self.names, &self.ends);
         let mut total = Summary::default();
@@ -270,7 +270,7 @@ impl LiveFile {
             let at = out.len();
             match &s.fresh {
                 Some((da, _)) => out.push_str(da),
-                None => out.push_str(&self.text[s.da.clone()]),
+                None => copy(&mut out, &s.da),
             }
             s.da = at..out.len();
         }
@@ -278,7 +278,7 @@ impl LiveFile {
             let at = out.len();
             match s.fresh.take() {
                 Some((_, brda)) => out.push_str(&brda),
-                None => out.push_str(&self.text[s.brda.clone()]),
+                None => copy(&mut out, &s.brda),
             }
             s.brda = at..out.len();
         }
@@ -287,7 +287,7 @@ impl LiveFile {
         push_line(&mut out, "LF:", total.lines);
         push_line(&mut out, "LH:", total.lines_hit);
         out.push_str("end_of_record\n");
-        self.text = out;
+        out
     }
 }
 
