@@ -436,7 +436,13 @@ impl Engine {
             drop(coverage);
         }
         self.compute_whole(&rebuild, options)?;
-        self.mapping.release();
+        // The functions that ran stay decoded: between dumps of a service
+        // the same ones run again (its timers, its requests). Up to a bound,
+        // so that a test that runs everything does not bring the whole
+        // decoded mapping back.
+        if self.mapping.functions.iter().filter(|f| !f.regions.is_empty()).count() > KEPT_DECODED {
+            self.mapping.release();
+        }
         let last = &mut self.last;
         let test_name = options.test_name.map(|test| Bytes::from(format!("TN:{test}\n")));
         let mut report = Chunks::default();
@@ -621,8 +627,11 @@ impl Engine {
     }
 }
 
+/// How many functions that ran stay decoded between dumps, at most.
+const KEPT_DECODED: usize = 4096;
+
 /// About how many functions [`Engine::compute_whole`] decodes at a time.
-const BATCH_FUNCTIONS: usize = 2048;
+const BATCH_FUNCTIONS: usize = 4096;
 
 /// Drops the functions with no file in reports (the standard library's, a
 /// dependency's, what LIVECOV_IGNORE matches): they change no byte of one,
