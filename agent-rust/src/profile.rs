@@ -410,6 +410,9 @@ pub struct Counters {
     profiles: usize,
     warnings: Vec<String>,
     suppressed: usize,
+    /// Looked up as a profile `llvm-profdata merge -sparse` wrote (see
+    /// [`set_sparse`](Counters::set_sparse)).
+    sparse: bool,
 }
 
 /// Name sections whose index is kept (one per loaded module, usually few).
@@ -441,11 +444,11 @@ impl Counters {
         Self::default()
     }
 
-    /// Forgets every profile added, but keeps the name indices, for a new
-    /// merge of profiles of the same modules.
+    /// Forgets every profile added, but keeps the name indices (and
+    /// whether it is sparse), for a new merge of profiles of the same modules.
     pub fn clear(&mut self) {
         let names = std::mem::take(&mut self.names);
-        *self = Counters { names, ..Counters::default() };
+        *self = Counters { names, sparse: self.sparse, ..Counters::default() };
     }
 
     /// Merges one profile in.
@@ -573,9 +576,14 @@ impl Counters {
     /// name's records, a missing hash is [`Lookup::HashMismatch`] only if
     /// some record shares the hash's bit 60, else [`Lookup::Unknown`].
     pub fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
-        let group = match self.by_name.get(&name_ref) {
+        // `-sparse` writes a name only when one of its records counted
+        // something (`InstrProfWriter::shouldEncodeData`).
+        let written = |group: &&Vec<Entry>| {
+            !self.sparse || group.iter().any(|e| e.counters.iter().any(|&c| c != 0) || e.bitmap.iter().any(|&b| b != 0))
+        };
+        let group = match self.by_name.get(&name_ref).filter(written) {
             Some(group) => group,
-            None if !self.unnamed.is_empty() => &self.unnamed,
+            None if Some(&self.unnamed).filter(written).is_some_and(|u| !u.is_empty()) => &self.unnamed,
             None => return Lookup::Unknown,
         };
         if let Some(e) = group.iter().find(|e| e.hash == hash) {
@@ -590,6 +598,18 @@ impl Counters {
         } else {
             Lookup::Unknown
         }
+    }
+
+    /// Looks functions up as in a profile written by `llvm-profdata merge
+    /// -sparse` (what clang's documentation and cargo-llvm-cov use): the
+    /// names whose records count nothing are left out of it. A function's
+    /// report is the same either way, but not whether llvm-cov takes a
+    /// function's record from one object or from another when several
+    /// objects have it (`-object`): a record of an object where the
+    /// function is unused (hash 0) is a hash mismatch beside the zero
+    /// counts of another object's, and an unknown function without them.
+    pub fn set_sparse(&mut self, sparse: bool) {
+        self.sparse = sparse;
     }
 
     /// Warnings from merging (count and bitmap mismatches, overflow,

@@ -41,6 +41,12 @@ pub struct Args {
     /// 22) to merge, after the raw profiles (repeatable).
     #[arg(long = "instr-profile", value_name = "FILE")]
     instr_profile: Vec<PathBuf>,
+    /// Give the report of `llvm-profdata merge -sparse` + `llvm-cov export`
+    /// (clang's documentation and cargo-llvm-cov merge with -sparse). It
+    /// differs from the default only when objects given with --object share
+    /// functions: which object's record of such a function is reported.
+    #[arg(long, conflicts_with = "go_coverdir")]
+    sparse: bool,
     /// Instead of a binary and raw profiles: a Go GOCOVERDIR (covmeta and
     /// covcounters files, as a Go -cover build writes them), read with no Go tool.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["binary", "profraw", "instr_profile", "objects", "no_demangle", "skip_branches"])]
@@ -115,7 +121,8 @@ pub fn run(args: Args) -> Result<()> {
         (mapping, profiles)
     });
     let (mapping, build_ids) = mapping?;
-    let (counters, profile_ids) = profiles?;
+    let (mut counters, profile_ids) = profiles?;
+    counters.set_sparse(args.sparse);
     for (path, ids) in &profile_ids {
         check_binary_ids(path, ids, &build_ids)?;
     }

@@ -1,4 +1,4 @@
-# Sourced by deps-nginx.sh and deps-redis.sh: a program from Debian's source
+# Sourced by deps-nginx.sh, deps-redis.sh and deps-fmt.sh: a program from Debian's source
 # package, built with clang-19 and coverage under target/<package>/.
 #
 # build_debian_source PACKAGE BUILT BUILD, with two functions of the caller:

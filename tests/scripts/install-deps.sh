@@ -60,5 +60,6 @@ fi
 "$(dirname "$0")/deps-node.sh"
 "$(dirname "$0")/deps-python.sh"
 "$(dirname "$0")/deps-nginx.sh"
+"$(dirname "$0")/deps-fmt.sh"
 "$(dirname "$0")/deps-go.sh"
 "$(dirname "$0")/deps-report.sh"

@@ -1067,6 +1067,32 @@ fn merge_sums_and_ors() {
 }
 
 #[test]
+fn sparse_lookups_leave_out_the_names_that_counted_nothing() {
+    let mut c = Counters::new();
+    c.add(profile(&[
+        ("zero", 1, &[0, 0], &[0]),
+        // A name is written whole when one of its records counted.
+        ("some", 1, &[0], &[]),
+        ("some", 2, &[3], &[]),
+        ("bits", 1, &[0], &[0b1]),
+    ]))
+    .unwrap();
+    assert_eq!(c.lookup(name_ref("zero"), 5), Lookup::HashMismatch);
+    c.set_sparse(true);
+    assert_eq!(c.lookup(name_ref("zero"), 1), Lookup::Unknown);
+    assert_eq!(c.lookup(name_ref("zero"), 5), Lookup::Unknown);
+    assert_eq!(found(&c, "some", 1).0, [0]);
+    assert_eq!(c.lookup(name_ref("some"), 5), Lookup::HashMismatch);
+    assert_eq!(found(&c, "bits", 1).1, [0b1]);
+    // Kept across a new merge of the same modules.
+    c.clear();
+    c.add(profile(&[("zero", 1, &[0], &[])])).unwrap();
+    assert_eq!(c.lookup(name_ref("zero"), 1), Lookup::Unknown);
+    c.set_sparse(false);
+    assert_eq!(found(&c, "zero", 1).0, [0]);
+}
+
+#[test]
 fn merge_count_mismatch_keeps_first() {
     let mut c = Counters::new();
     c.add(profile(&[("f", 1, &[1, 2], &[])])).unwrap();
