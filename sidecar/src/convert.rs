@@ -47,6 +47,12 @@ pub struct Args {
     /// functions: which object's record of such a function is reported.
     #[arg(long, conflicts_with = "go_coverdir")]
     sparse: bool,
+    /// As llvm-cov's -unify-instantiations: the branches of a template's or
+    /// generic function's instantiations summed by place. llvm-cov 22's
+    /// export sums them so without it too, and so does livecov: the report
+    /// is the same either way.
+    #[arg(long, conflicts_with = "go_coverdir")]
+    unify_instantiations: bool,
     /// Instead of a binary and raw profiles: a Go GOCOVERDIR (covmeta and
     /// covcounters files, as a Go -cover build writes them), read with no Go tool.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["binary", "profraw", "instr_profile", "objects", "no_demangle", "skip_branches"])]
@@ -123,6 +129,8 @@ pub fn run(args: Args) -> Result<()> {
     let (mapping, build_ids) = mapping?;
     let (mut counters, profile_ids) = profiles?;
     counters.set_sparse(args.sparse);
+    // Accepted for the scripts that pass it; see its help.
+    let _ = args.unify_instantiations;
     for (path, ids) in &profile_ids {
         check_binary_ids(path, ids, &build_ids)?;
     }

@@ -56,12 +56,16 @@ fn suite() -> &'static Suite {
 /// export -format=lcov` of the first binary with the others as `-object`.
 /// The report, and llvm-cov's count of mismatched functions.
 fn llvm(binaries: &[PathBuf], profiles: &[PathBuf], sparse: bool, name: &str) -> (String, usize) {
+    llvm_with(binaries, profiles, sparse, name, &[])
+}
+
+fn llvm_with(binaries: &[PathBuf], profiles: &[PathBuf], sparse: bool, name: &str, args: &[&str]) -> (String, usize) {
     let profdata = suite().dir.join(format!("{name}.profdata"));
     let mut merge = Command::new(llvm_tool("llvm-profdata"));
     merge.arg("merge").args(sparse.then_some("-sparse")).arg("-o").arg(&profdata).args(profiles);
     run_checked(&mut merge, "llvm-profdata merge");
     let mut export = Command::new(llvm_tool("llvm-cov"));
-    export.args(["export", "-format=lcov", "-instr-profile"]).arg(&profdata).arg(&binaries[0]);
+    export.args(["export", "-format=lcov"]).args(args).arg("-instr-profile").arg(&profdata).arg(&binaries[0]);
     for object in &binaries[1..] {
         export.arg("-object").arg(object);
     }
@@ -70,8 +74,12 @@ fn llvm(binaries: &[PathBuf], profiles: &[PathBuf], sparse: bool, name: &str) ->
 }
 
 fn livecov(binaries: &[PathBuf], profiles: &[PathBuf], sparse: bool) -> (String, usize) {
+    livecov_with(binaries, profiles, sparse, &[])
+}
+
+fn livecov_with(binaries: &[PathBuf], profiles: &[PathBuf], sparse: bool, args: &[&str]) -> (String, usize) {
     let mut convert = Command::new(livecov_bin());
-    convert.args(["convert", "--no-demangle", "--binary"]).arg(&binaries[0]);
+    convert.args(["convert", "--no-demangle"]).args(args).arg("--binary").arg(&binaries[0]);
     for object in &binaries[1..] {
         convert.arg("--object").arg(object);
     }
@@ -125,6 +133,13 @@ fn several_test_executables_convert_together_as_llvm_cov_reports_them() {
     assert_same("convert --sparse", &sparse, &livecov(&s.binaries, &s.profiles, true));
     // The difference is the order of functions, not their counts.
     assert!(differing_lines(&dense.0, &sparse.0) == 0, "llvm-cov's two reports differ by more than order");
+}
+
+#[test]
+fn unify_instantiations_gives_llvm_cov_s_report_with_it() {
+    let s = suite();
+    let unified = llvm_with(&s.binaries, &s.profiles, false, "all-unified", &["-unify-instantiations"]);
+    assert_same("convert --unify-instantiations", &unified, &livecov_with(&s.binaries, &s.profiles, false, &["--unify-instantiations"]));
 }
 
 #[test]
