@@ -8,13 +8,16 @@
 //! profiles must be LLVM 22's report byte for byte, after `llvm-profdata
 //! merge` and, with `--sparse`, after `llvm-profdata merge -sparse` (which
 //! takes another object's record of such functions); each executable alone
-//! too, and the mismatch warnings must count what llvm-cov counts.
+//! too, and the mismatch warnings must count what llvm-cov counts. The
+//! same for the test binaries of a cargo workspace (fixtures/rust's
+//! library: its unit tests and two integration tests, which instantiate
+//! its generic functions).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use livecov_tests::{livecov_bin, llvm_tool, run_checked, workspace_root};
+use livecov_tests::{livecov_bin, llvm_tool, run_checked, without_outer_cargo, workspace_root};
 
 /// The test executables, as deps-fmt.sh built them, and a raw profile of
 /// each one's run (all their tests pass).
@@ -152,5 +155,51 @@ fn each_test_executable_alone_converts_as_llvm_cov_reports_it() {
             let llvm = llvm(&one(binary), &one(profile), sparse, &name);
             assert_same(&format!("{name} (sparse: {sparse})"), &llvm, &livecov(&one(binary), &one(profile), sparse));
         }
+    }
+}
+
+/// fixtures/rust's library test binaries, built with coverage (`cargo test
+/// --no-run`), and a raw profile of each one's run.
+fn cargo_tests() -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let root = workspace_root();
+    let target = root.join("target/fixtures/rust-tests");
+    let mut build = Command::new("cargo");
+    without_outer_cargo(&mut build);
+    build
+        .args(["test", "--offline", "--locked", "--no-run", "--message-format=json", "-p", "shapes"])
+        .env("RUSTFLAGS", "-C instrument-coverage")
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(root.join("fixtures/rust"))
+        .stdin(std::process::Stdio::null());
+    let out = run_checked(&mut build, "cargo test --no-run of fixtures/rust");
+    let binaries: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["profile"]["test"] == true)
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .collect();
+    assert_eq!(binaries.len(), 3, "the unit tests and two integration tests: {binaries:?}");
+    let dir = target.join("profiles");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let profiles = binaries
+        .iter()
+        .map(|b| {
+            let profile = dir.join(format!("{}.profraw", b.file_name().unwrap().to_string_lossy()));
+            let run = Command::new(b).arg("-q").env("LLVM_PROFILE_FILE", &profile).output().unwrap();
+            assert!(run.status.success(), "{} failed: {}", b.display(), String::from_utf8_lossy(&run.stdout));
+            profile
+        })
+        .collect();
+    (binaries, profiles)
+}
+
+#[test]
+fn a_cargo_workspace_s_test_binaries_convert_together_as_llvm_cov_reports_them() {
+    let (binaries, profiles) = cargo_tests();
+    for sparse in [false, true] {
+        let llvm = llvm(&binaries, &profiles, sparse, &format!("cargo-tests-{sparse}"));
+        assert!(llvm.0.contains("shapes/src/lib.rs") && llvm.0.contains("FNDA:"), "{}", llvm.0);
+        assert_same(&format!("cargo test binaries (sparse: {sparse})"), &llvm, &livecov(&binaries, &profiles, sparse));
     }
 }
