@@ -255,7 +255,11 @@ impl LiveFile {
         // The copied lines are ASCII but for file and function names: valid
         // UTF-8, as `last` was written here.
         let copy = |out: &mut String, range: &std::ops::Range<usize>| {
-            out.push_str(&String::from_utf8_lossy(last.get(range.clone()).unwrap_or_default()));
+            let bytes = last.get(range.clone()).unwrap_or_default();
+            match std::str::from_utf8(bytes) {
+                Ok(text) => out.push_str(text),
+                Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
+            }
         };
         let mut out = String::with_capacity(last.len().max(self.head.len() * 2));
         out.push_str(&self.head);
