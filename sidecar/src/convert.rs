@@ -14,6 +14,7 @@ use livecov::coverage::Coverage;
 use livecov::lcov;
 use livecov::mapping::CoverageMapping;
 use livecov::profile::{is_indexed_profile, read_indexed_profile, Counters, NameTable, ProfileReader};
+use livecov_cli::output::Output;
 use livecov_cli::path_equivalence::PathEquivalence;
 
 #[derive(clap::Args)]
@@ -156,13 +157,7 @@ pub fn run(args: Args) -> Result<()> {
         Format::Lcov => lcov::write_to(&coverage, &options, &mut &mut *out),
         Format::Json => livecov::json_export::write_to(&coverage, &options, &mut &mut *out),
     };
-    match &args.output {
-        Some(out) => write_atomically(out, |file| write(file))?,
-        None => {
-            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-            write(&mut stdout).and_then(|()| stdout.flush()).context("writing to standard output")?
-        }
-    }
+    Output::open(args.output.as_deref())?.commit_with(|out| write(out))?;
     // The process ends here: freeing the coverage, the mapping and the
     // counters allocation by allocation would cost a tenth of the
     // conversion, and the kernel takes the memory back at once.
@@ -186,10 +181,7 @@ fn convert_go(dir: &Path, args: &Args) -> Result<()> {
     };
     let lcov = livecov_cli::go_coverage::lcov_from_dir(dir, &options)?;
     let lcov = PathEquivalence::rewrite_lcov(&args.path_equivalence, lcov.as_bytes());
-    match &args.output {
-        Some(out) => write_atomically(out, |file| file.write_all(&lcov)),
-        None => std::io::stdout().lock().write_all(&lcov).context("writing to standard output"),
-    }
+    Output::open(args.output.as_deref())?.commit(&lcov)
 }
 
 /// Objects and their build ids.
@@ -316,20 +308,4 @@ fn check_binary_ids(profile: &Path, ids: &[Vec<u8>], objects: &[(PathBuf, Vec<u8
         theirs.join(", "),
         ours.join(", ")
     )
-}
-
-/// Writes to a temporary file beside `path` and renames it, so a reader
-/// never sees a torn report.
-fn write_atomically(path: &Path, write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let result = fs::File::create(&tmp).and_then(|file| {
-        let mut out = std::io::BufWriter::new(file);
-        write(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()
-    });
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", tmp.display()));
-    }
-    fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }

@@ -1,4 +1,5 @@
-//! Where a command's result goes: a file, written atomically, or standard output.
+//! Where a command's result goes: a file, written atomically, standard
+//! output, or a device or pipe named as the output.
 
 use std::fs;
 use std::io::Write;
@@ -47,13 +48,27 @@ pub fn write_outputs(files: &[(PathBuf, &[u8])]) -> Result<()> {
 pub enum Output {
     Stdout,
     File(AtomicFile),
+    /// A path that is neither a file nor a folder: `/dev/null`, a named
+    /// pipe, `/dev/fd/N` of a shell's `>(...)`. Written as it is: a file
+    /// renamed over it would replace it (as root, `/dev/null` itself).
+    Special(PathBuf, fs::File),
 }
 
 impl Output {
-    /// Standard output for `None` or `-`, else a temporary file beside `path`.
+    /// Standard output for `None` or `-`, else a temporary file beside
+    /// `path` (or `path` itself when it is a device or a pipe).
     pub fn open(path: Option<&Path>) -> Result<Output> {
         match path {
-            Some(path) if path != Path::new("-") => Ok(Output::File(AtomicFile::create(path)?)),
+            Some(path) if path != Path::new("-") => {
+                if fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+                    let file = fs::OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .with_context(|| format!("cannot open {} for writing", path.display()))?;
+                    return Ok(Output::Special(path.to_owned(), file));
+                }
+                Ok(Output::File(AtomicFile::create(path)?))
+            }
             _ => Ok(Output::Stdout),
         }
     }
@@ -78,6 +93,10 @@ impl Output {
                 written.with_context(|| format!("cannot write {}", file.tmp.display()))?;
                 file.commit(&[])
             }
+            Output::Special(path, file) => {
+                let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+                write(&mut out).and_then(|()| out.flush()).with_context(|| format!("cannot write {}", path.display()))
+            }
         }
     }
 
@@ -88,6 +107,7 @@ impl Output {
                 out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")
             }
             Output::File(file) => file.commit(bytes),
+            Output::Special(path, mut file) => file.write_all(bytes).with_context(|| format!("cannot write {}", path.display())),
         }
     }
 }

@@ -123,6 +123,35 @@ TN:t\nSF:/s/x.rs\nFN:1,f\nFNDA:5,f\nFNF:1\nFNH:1\nDA:1,12\nDA:2,1\nBRDA:1,0,0,-\
     assert_eq!(String::from_utf8(ok(&["merge", merged.to_str().unwrap()]).stdout).unwrap(), want);
 }
 
+/// `-o` naming a pipe (or a device such as `/dev/null`) writes into it: a
+/// file renamed over it would replace it, and as root that replaced
+/// `/dev/null` itself.
+#[test]
+fn an_output_that_is_a_pipe_is_written_into_not_replaced() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = scratch("cli", "pipe");
+    let input = dir.join("in.lcov");
+    std::fs::write(&input, "SF:/s/x.rs\nDA:1,2\nend_of_record\n").unwrap();
+    let fifo = dir.join("out.fifo");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for command in [&["merge"][..], &["report", "--format", "json"][..]] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = fifo.clone();
+        // Opening the pipe waits for a writer: one that renamed a file over
+        // it never comes.
+        std::thread::spawn(move || tx.send(std::fs::read_to_string(reader).unwrap()));
+        let mut args = command.to_vec();
+        args.extend([input.to_str().unwrap(), "-o", fifo.to_str().unwrap()]);
+        ok(&args);
+        let read = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_else(|_| panic!("{command:?} wrote nothing into the pipe"));
+        assert!(read.contains("x.rs"), "{command:?} wrote {read:?}");
+        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "{command:?} replaced the pipe");
+    }
+    let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["in.lcov", "out.fifo"]);
+}
+
 #[test]
 fn merge_errors_name_the_file_and_line_and_write_nothing() {
     let dir = scratch("cli", "merge-errors");
