@@ -8,7 +8,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::fs::{self, File};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// Holds the fixture's lock file (an exclusive flock) until dropped.
 pub(crate) struct BuildLock {
@@ -111,9 +111,7 @@ pub(crate) fn build_cargo(manifest_dir: &Path, target_dir: &Path, binary: &str) 
         .arg(manifest_dir.join("Cargo.toml"))
         .current_dir(manifest_dir);
     without_outer_cargo(&mut command);
-    // No stdin: see `service::service_bin`.
     command
-        .stdin(Stdio::null())
         .env("RUSTFLAGS", "-C instrument-coverage")
         .env("CARGO_TARGET_DIR", target_dir);
     run_checked(&mut command, "cargo build of the Rust fixture");

@@ -39,10 +39,7 @@ pub fn service_bin() -> &'static Path {
         }
         // With --target, the flags reach the program and its libraries but
         // not build scripts (which would leave .profraw files behind).
-        // No stdin: a nested cargo's rustc probes read one (`rustc -`), and
-        // what a test process has there is not theirs to read.
         let status = cargo
-            .stdin(Stdio::null())
             .args(["build", "--quiet", "--target", &host])
             .env("RUSTFLAGS", "-C instrument-coverage")
             .env("CARGO_TARGET_DIR", &out)
