@@ -321,38 +321,10 @@ impl Client {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let protocol = |e: hyper::Error| ClientError::Protocol { target: self.target.to_string(), detail: e.to_string() };
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(protocol)?;
-        // The connection is driven here rather than spawned: nothing
-        // outlives the request, and no runtime flavour is assumed.
-        let exchange = async {
-            let response = sender.send_request(request).await.map_err(protocol)?;
-            let (parts, mut body) = response.into_parts();
-            let too_large = || ClientError::TooLarge { target: self.target.to_string(), limit: self.max_body };
-            let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > self.max_body as u64) {
-                return Err(too_large());
-            }
-            let mut data = Vec::with_capacity(declared.map_or(0, |n| n as usize));
-            while let Some(frame) = body.frame().await {
-                let frame = frame.map_err(protocol)?;
-                if let Ok(chunk) = frame.into_data() {
-                    if data.len() + chunk.len() > self.max_body {
-                        return Err(too_large());
-                    }
-                    data.extend_from_slice(&chunk);
-                }
-            }
-            Ok(Response { status: parts.status, headers: parts.headers, body: Bytes::from(data) })
-        };
-        let mut exchange = std::pin::pin!(exchange);
-        let mut conn = std::pin::pin!(conn);
-        tokio::select! {
-            biased;
-            r = &mut exchange => r,
-            // The connection ended (the peer closed it, or it failed):
-            // what it delivered is still read, or its error reported.
-            _ = &mut conn => exchange.await,
+        match exchange(stream, request, self.max_body).await {
+            Ok((parts, body)) => Ok(Response { status: parts.status, headers: parts.headers, body }),
+            Err(ExchangeError::Http(e)) => Err(ClientError::Protocol { target: self.target.to_string(), detail: e.to_string() }),
+            Err(ExchangeError::TooLarge) => Err(ClientError::TooLarge { target: self.target.to_string(), limit: self.max_body }),
         }
     }
 
@@ -365,6 +337,55 @@ impl Client {
             (_, ConnectionRefused) => ClientError::Refused { target, unix: matches!(self.target, Target::Unix(_)) },
             _ => ClientError::Connect { target, source: e },
         }
+    }
+}
+
+/// How [`exchange`] fails.
+#[derive(Debug)]
+pub enum ExchangeError {
+    Http(hyper::Error),
+    /// The answer's body is over the limit.
+    TooLarge,
+}
+
+/// One HTTP/1 request over `stream`, and its answer with a body of at most
+/// `max` bytes: how livecov's clients talk, to agents and sidecars and to
+/// registries. The connection is driven here rather than spawned: nothing
+/// outlives the request, and no runtime flavour is assumed.
+pub async fn exchange<S, B>(stream: S, request: Request<B>, max: usize) -> Result<(hyper::http::response::Parts, Bytes), ExchangeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(ExchangeError::Http)?;
+    let exchange = async {
+        let response = sender.send_request(request).await.map_err(ExchangeError::Http)?;
+        let (parts, mut body) = response.into_parts();
+        let declared = parts.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > max as u64) {
+            return Err(ExchangeError::TooLarge);
+        }
+        let mut data = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+        while let Some(frame) = body.frame().await {
+            if let Ok(chunk) = frame.map_err(ExchangeError::Http)?.into_data() {
+                if data.len() + chunk.len() > max {
+                    return Err(ExchangeError::TooLarge);
+                }
+                data.extend_from_slice(&chunk);
+            }
+        }
+        Ok((parts, Bytes::from(data)))
+    };
+    let mut exchange = std::pin::pin!(exchange);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        biased;
+        r = &mut exchange => r,
+        // The connection ended (the peer closed it, or it failed): what it
+        // delivered is still read, or its error reported.
+        _ = &mut conn => exchange.await,
     }
 }
 

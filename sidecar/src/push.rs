@@ -23,15 +23,16 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::header::{
     HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, LOCATION, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls;
+
+use crate::client::ExchangeError;
 
 /// The artifactType of the manifests `livecov push` writes.
 pub const ARTIFACT_TYPE: &str = "application/vnd.livecov.coverage.v1+json";
@@ -726,29 +727,10 @@ async fn over<S>(stream: S, request: Request<Full<Bytes>>) -> Result<Answer, Str
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-    // Driven here, not spawned: nothing outlives the request.
-    let exchange = async {
-        let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
-        let (parts, mut body) = response.into_parts();
-        let mut data = Vec::new();
-        while let Some(frame) = body.frame().await {
-            if let Ok(chunk) = frame.map_err(|e| e.to_string())?.into_data() {
-                if data.len() + chunk.len() > MAX_ANSWER {
-                    return Err(format!("an answer over {} KiB", MAX_ANSWER >> 10));
-                }
-                data.extend_from_slice(&chunk);
-            }
-        }
-        Ok(Answer { status: parts.status, headers: parts.headers, body: Bytes::from(data) })
-    };
-    let mut exchange = std::pin::pin!(exchange);
-    let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        biased;
-        r = &mut exchange => r,
-        // The connection ended: what it delivered is still read.
-        _ = &mut conn => exchange.await,
+    match crate::client::exchange(stream, request, MAX_ANSWER).await {
+        Ok((parts, body)) => Ok(Answer { status: parts.status, headers: parts.headers, body }),
+        Err(ExchangeError::Http(e)) => Err(e.to_string()),
+        Err(ExchangeError::TooLarge) => Err(format!("an answer over {} KiB", MAX_ANSWER >> 10)),
     }
 }
 
