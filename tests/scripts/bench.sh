@@ -17,8 +17,10 @@
 # dumps against the same LLVM tools, its memory, and a service's throughput
 # under dumps), bench-sidecar.sh, bench-native.sh (liblivecov's size and
 # start time), bench-node.sh and bench-python.sh (the hooks' cost to an
-# app's throughput), bench-fleet.sh (48 redis replicas collected) and
-# bench-busy.sh (live dumps of a busy redis). Run from anywhere as `make bench`; not part of CI.
+# app's throughput), bench-fleet.sh (48 redis replicas collected),
+# bench-busy.sh (live dumps of a busy redis) and bench-rust-busy.sh (live
+# dumps of two busy Rust programs with the Rust agent). Run from anywhere as
+# `make bench`; not part of CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -152,3 +154,4 @@ echo
 "$root/tests/scripts/bench-go.sh"
 "$root/tests/scripts/bench-fleet.sh"
 "$root/tests/scripts/bench-busy.sh"
+"$root/tests/scripts/bench-rust-busy.sh"
