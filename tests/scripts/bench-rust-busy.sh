@@ -36,7 +36,9 @@
 #    binary's __llvm_covfun section.
 # 4. The service's requests/s under wrk (BENCH_RUST_BUSY_LOAD_SECS, default
 #    5, one connection at a time) without dumps and with a dump every 100 ms,
-#    the ticker running; BENCH_RUST_BUSY_ROUNDS (default 3) pairs, medians.
+#    the ticker running; BENCH_RUST_BUSY_ROUNDS (default 3) pairs, medians;
+#    and the service's CPU time per request (its /proc stat, the ticker and
+#    the agent included), which other work on the machine skews far less.
 # BENCH_RUST_BUSY_REV=COMMIT builds the programs with that commit's agent
 # (the checkout's fixtures, their livecov dependency pointed at the commit's
 # agent-rust) instead of the checkout's. Progress on stderr, the tables on
@@ -362,8 +364,18 @@ end_traffic() {
     wait "$traffic_pid" 2>/dev/null || true
     forget "$traffic_pid"
 }
-wrk_rps() { # wrk_rps SECS OUT: requests/s of the mix
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }   # utime + stime
+# wrk_rps SECS OUT [CPU_OUT]: requests/s of the mix; with CPU_OUT, appends
+# the service's CPU time per request (µs; its ticker and agent included), a
+# figure that other work on the machine skews far less.
+wrk_rps() {
+    local before
+    before=$(cpu_ticks "$service_pid")
     wrk -t1 -c4 -d"$1s" --timeout 5s -s "$work/mix.lua" "http://127.0.0.1:$port/" >"$2" 2>&1 || die "wrk failed ($2)"
+    if [ -n "${3:-}" ]; then
+        awk -v t=$(($(cpu_ticks "$service_pid") - before)) -v hz="$(getconf CLK_TCK)" \
+            '/ requests in / { printf "%.1f\n", t / hz * 1e6 / $1 }' "$2" >>"$3"
+    fi
     awk '/^Requests\/sec:/ { print $2 }' "$2"
 }
 
@@ -400,14 +412,14 @@ wrk_rps 2 "$work/wrk-warmup" >/dev/null
 # One curl for all the dumps of a round, 10 a second (--rate), each one's time.
 dumper_args=()
 for _ in $(seq $((load_secs * 10))); do dumper_args+=(-o /dev/null localhost/coverage); done
-: >"$work/rps_none"; : >"$work/rps_dumps"; : >"$work/t_loop"
+: >"$work/rps_none"; : >"$work/rps_dumps"; : >"$work/t_loop"; : >"$work/cpu_req_none"; : >"$work/cpu_req_dumps"
 for r in $(seq "$rounds"); do
-    wrk_rps "$load_secs" "$work/wrk-none-$r" >>"$work/rps_none"
+    wrk_rps "$load_secs" "$work/wrk-none-$r" "$work/cpu_req_none" >>"$work/rps_none"
     timeout $((load_secs + 60)) curl -s --max-time 60 --rate 10/s --unix-socket "$service_sock" -w '%{time_total}\n' \
         "${dumper_args[@]}" >"$work/t_loop-$r" 2>/dev/null &
     dumper=$!
     pids+=("$dumper")
-    wrk_rps "$load_secs" "$work/wrk-dumps-$r" >>"$work/rps_dumps"
+    wrk_rps "$load_secs" "$work/wrk-dumps-$r" "$work/cpu_req_dumps" >>"$work/rps_dumps"
     wait "$dumper" 2>/dev/null || true
     forget "$dumper"
     awk '{ printf "%.3f\n", $1 * 1000 }' "$work/t_loop-$r" >>"$work/t_loop"
@@ -437,8 +449,8 @@ ratio "ratio: peer / dump with the ticker only (p50)" "$t_llvm" "$p50_ticker"
 echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 memory_table "$work/service" "without the agent (LIVECOV_DIR unset), ticker and traffic running"
 echo
-printf "%-66s %10s\n" "throughput, wrk -t1 -c4 ${load_secs} s, ticker running, median of $rounds" "req/s"
-printf "%-66s %10s\n" "with the agent, no dumps" "$(median <"$work/rps_none")"
-printf "%-66s %10s\n" "$(printf "with a dump every 100 ms (%d dumps: p50 %.2f ms, p95 %.2f ms)" "$(wc -l <"$work/t_loop")" \
-    "$(median <"$work/t_loop")" "$(p95 <"$work/t_loop")")" "$(median <"$work/rps_dumps")"
-echo "   per round, without: $(paste -sd' ' "$work/rps_none"); with dumps: $(paste -sd' ' "$work/rps_dumps")"
+printf "%-66s %10s %11s\n" "throughput, wrk -t1 -c4 ${load_secs} s, ticker running, median of $rounds" "req/s" "CPU µs/req"
+printf "%-66s %10.1f %10.1f\n" "with the agent, no dumps" "$(median <"$work/rps_none")" "$(median <"$work/cpu_req_none")"
+printf "%-66s %10.1f %10.1f\n" "$(printf "with a dump every 100 ms (%d dumps: p50 %.2f ms, p95 %.2f ms)" "$(wc -l <"$work/t_loop")" \
+    "$(median <"$work/t_loop")" "$(p95 <"$work/t_loop")")" "$(median <"$work/rps_dumps")" "$(median <"$work/cpu_req_dumps")"
+echo "   per round, req/s without: $(paste -sd' ' "$work/rps_none"); with dumps: $(paste -sd' ' "$work/rps_dumps")"
