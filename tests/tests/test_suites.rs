@@ -39,20 +39,26 @@ fn suite() -> &'static Suite {
             assert!(b.is_file(), "{} not found: run tests/scripts/deps-fmt.sh (`make test` runs it)", b.display());
         }
         let dir = workspace_root().join("target/test-suites");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let profiles = binaries
-            .iter()
-            .map(|b| {
-                let profile = dir.join(format!("{}.profraw", b.file_name().unwrap().to_string_lossy()));
-                let status = Command::new(b).env("LLVM_PROFILE_FILE", &profile).current_dir(&dir).output().unwrap();
-                assert!(status.status.success(), "{} failed: {}", b.display(), String::from_utf8_lossy(&status.stdout));
-                assert!(profile.is_file(), "{} wrote no profile", b.display());
-                profile
-            })
-            .collect();
+        let profiles = run_each(&binaries, &dir, &[]);
         Suite { binaries, profiles, dir }
     })
+}
+
+/// Runs each test binary with `args` in `dir` (made empty first), which
+/// gets its raw profile; all their tests must pass.
+fn run_each(binaries: &[PathBuf], dir: &Path, args: &[&str]) -> Vec<PathBuf> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    binaries
+        .iter()
+        .map(|b| {
+            let profile = dir.join(format!("{}.profraw", b.file_name().unwrap().to_string_lossy()));
+            let run = Command::new(b).args(args).env("LLVM_PROFILE_FILE", &profile).current_dir(dir).output().unwrap();
+            assert!(run.status.success(), "{} failed: {}", b.display(), String::from_utf8_lossy(&run.stdout));
+            assert!(profile.is_file(), "{} wrote no profile", b.display());
+            profile
+        })
+        .collect()
 }
 
 /// LLVM 22: `llvm-profdata merge [-sparse]` of `profiles`, then `llvm-cov
@@ -179,18 +185,7 @@ fn cargo_tests() -> (Vec<PathBuf>, Vec<PathBuf>) {
         .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
         .collect();
     assert_eq!(binaries.len(), 3, "the unit tests and two integration tests: {binaries:?}");
-    let dir = target.join("profiles");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let profiles = binaries
-        .iter()
-        .map(|b| {
-            let profile = dir.join(format!("{}.profraw", b.file_name().unwrap().to_string_lossy()));
-            let run = Command::new(b).arg("-q").env("LLVM_PROFILE_FILE", &profile).output().unwrap();
-            assert!(run.status.success(), "{} failed: {}", b.display(), String::from_utf8_lossy(&run.stdout));
-            profile
-        })
-        .collect();
+    let profiles = run_each(&binaries, &target.join("profiles"), &["-q"]);
     (binaries, profiles)
 }
 
