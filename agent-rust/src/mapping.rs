@@ -272,6 +272,16 @@ impl CoverageMapping {
         }
     }
 
+    /// [`release`](Self::release) for the `functions` given (indices).
+    pub fn release_some(&mut self, functions: &[usize]) {
+        for &i in functions {
+            if let Some(f) = self.functions.get_mut(i) {
+                f.expressions = Vec::new();
+                f.regions = Vec::new();
+            }
+        }
+    }
+
     /// Decodes again the expressions and regions of the `functions` given
     /// (indices) that were released, from `covfun`, the `__llvm_covfun`
     /// section of an object (numbered as [`Stored::object`]).

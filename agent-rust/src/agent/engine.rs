@@ -464,6 +464,7 @@ impl Engine {
     /// the size of `__llvm_covfun`), and what it leaves behind is not
     /// scattered over the memory of a peak that size.
     fn compute_whole(&mut self, mut files: &[FileName], options: &ReportOptions<'_>) -> Result<()> {
+        let mut batches = Vec::new();
         while !files.is_empty() {
             let mut functions = Vec::new();
             let mut n = 0;
@@ -475,7 +476,17 @@ impl Engine {
             files = rest;
             functions.sort_unstable();
             functions.dedup();
+            batches.push((batch, functions));
+        }
+        // A function that a later batch needs too (a header's, whose file
+        // is in another batch) stays decoded until the last of them.
+        let mut last_batch: FxHashMap<usize, usize> = FxHashMap::default();
+        for (b, (_, functions)) in batches.iter().enumerate() {
+            last_batch.extend(functions.iter().map(|&i| (i, b)));
+        }
+        for (b, (batch, functions)) in batches.into_iter().enumerate() {
             self.restore(&functions)?;
+            let done: Vec<usize> = functions.iter().copied().filter(|i| last_batch.get(i) == Some(&b)).collect();
             // A file's record needs the functions that touch it, and no
             // other (see `Coverage::of_functions`).
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
@@ -488,7 +499,7 @@ impl Engine {
                 });
             }
             drop(coverage);
-            self.mapping.release();
+            self.mapping.release_some(&done);
         }
         Ok(())
     }
