@@ -19,6 +19,21 @@
 
 cc=clang-19
 
+# ensure_packages SAY PACKAGE...: installs the Debian packages missing (SAY
+# names the script in its message).
+ensure_packages() {
+    local say=$1 missing=() p sudo=""
+    shift
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    echo "$say: installing ${missing[*]}"
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
 build_debian_source() {
     local package=$1 built=$2 build_in=$3
     local root out sudo="" say="deps-$1"
@@ -26,15 +41,7 @@ build_debian_source() {
     out="$root/target/$package"
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
 
-    local missing=() p
-    for p in dpkg-dev make clang-19 libclang-rt-19-dev; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "$say: installing ${missing[*]}"
-        $sudo apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    fi
+    ensure_packages "$say" dpkg-dev make clang-19 libclang-rt-19-dev
 
     mkdir -p "$out"
     exec 9>"$out.lock"

@@ -11,17 +11,7 @@ set -euo pipefail
 tests="args-test assert-test color-test core-test ostream-test printf-test ranges-test"
 
 # Debian builds the tests against its googletest sources (/usr/src/googletest).
-missing=()
-for p in cmake googletest; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "deps-fmt: installing ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_packages deps-fmt cmake googletest
 
 built() {
     local t
