@@ -321,13 +321,23 @@ fn push_segments(out: &mut String, segments: &[Segment]) {
 
 /// `[lineStart, colStart, lineEnd, colEnd, count, fileID, expandedFileID, kind]`.
 fn push_region(out: &mut String, r: &CountedRegion<'_>) {
+    push_region_with(out, r, &[r.count]);
+}
+
+/// A region with `counts` where its count goes (a branch has two).
+fn push_region_with(out: &mut String, r: &CountedRegion<'_>, counts: &[u64]) {
     let m = r.region;
     out.push('[');
     for n in [m.line_start, m.column_start, m.line_end, m.column_end] {
         push_int(out, n);
         out.push(',');
     }
-    push_count(out, r.count);
+    for (i, &count) in counts.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_count(out, count);
+    }
     for n in [m.file_id, m.expanded_file_id, m.kind as u32] {
         out.push(',');
         push_int(out, n);
@@ -354,20 +364,7 @@ fn push_branches<'a, 'm: 'a>(out: &mut String, branches: impl Iterator<Item = &'
         if i > 0 {
             out.push(',');
         }
-        let m = b.region;
-        out.push('[');
-        for n in [m.line_start, m.column_start, m.line_end, m.column_end] {
-            push_int(out, n);
-            out.push(',');
-        }
-        push_count(out, b.count);
-        out.push(',');
-        push_count(out, b.false_count);
-        for n in [m.file_id, m.expanded_file_id, m.kind as u32] {
-            out.push(',');
-            push_int(out, n);
-        }
-        out.push(']');
+        push_region_with(out, b, &[b.count, b.false_count]);
     }
     out.push(']');
 }

@@ -370,7 +370,7 @@ impl Agent {
     /// The LCOV report of the counts since start or the last reset.
     pub fn lcov(&self, test_name: Option<&str>, reset: bool) -> crate::Result<String> {
         let report = self.report(test_name, reset)?;
-        Ok(String::from_utf8_lossy(&report.to_vec()).into_owned())
+        Ok(report.text())
     }
 
     /// [`Self::lcov`], shared with the agent's own copy (no copy of a
@@ -436,14 +436,14 @@ impl Agent {
     /// atomically: to a temporary name beside it, then renamed.
     pub fn write_report_to(&self, path: &Path) -> crate::Result<()> {
         let report = self.report(None, false)?;
-        reports::write_atomically(path, &report.iter().collect::<Vec<_>>())
+        reports::write_atomically(path, &report.slices())
             .map_err(|source| crate::Error::Io { path: path.display().to_string(), source })
     }
 
     fn report_or_complain(&self, file: &reports::InstanceFile, reset: bool) {
         match std::panic::catch_unwind(|| self.report(None, reset)) {
             Ok(Ok(report)) => {
-                if let Err(e) = file.write(&report.iter().collect::<Vec<_>>()) {
+                if let Err(e) = file.write(&report.slices()) {
                     eprintln!("livecov: cannot write {}: {e}", file.path().display());
                 }
             }
@@ -538,7 +538,7 @@ impl Service for Handle {
             }),
             Format::Json => {
                 let lcov = agent.report(query.test.as_deref(), query.reset).map_err(internal)?;
-                let lcov = String::from_utf8_lossy(&lcov.to_vec()).into_owned();
+                let lcov = lcov.text();
                 let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }

@@ -182,21 +182,15 @@ impl Chunks {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.0.iter().map(Bytes::len).sum()
+    /// The chunks, to be written one after the other.
+    pub fn slices(&self) -> Vec<&[u8]> {
+        self.0.iter().map(|b| &b[..]).collect()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        self.0.iter().map(|b| &b[..])
-    }
-
-    /// The chunks in one piece.
-    pub fn to_vec(&self) -> Vec<u8> {
-        self.0.concat()
+    /// The chunks in one text (a report is UTF-8; anything else is shown
+    /// lossily).
+    pub fn text(&self) -> String {
+        String::from_utf8(self.0.concat()).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 }
 
