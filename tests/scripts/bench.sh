@@ -13,9 +13,10 @@
 # /usr/bin/time's %M (the max of the two steps for llvm), median over the runs.
 # Then says whether the LCOV outputs are byte-identical (livecov with
 # --no-demangle, as llvm-cov does not demangle); a difference is reported,
-# not fatal. Then runs tests/scripts/bench-agent.sh (the in-process agent's
-# dumps against the same LLVM tools, its memory, and a service's throughput
-# under dumps), bench-sidecar.sh, bench-native.sh (liblivecov's size and
+# not fatal. Then runs tests/scripts/bench-convert-cli.sh (the same
+# comparison on ripgrep from crates.io, with one and with many raw profiles),
+# bench-agent.sh (the in-process agent's dumps against the same LLVM tools,
+# its memory, and a service's throughput under dumps), bench-sidecar.sh, bench-native.sh (liblivecov's size and
 # start time), bench-node.sh and bench-python.sh (the hooks' cost to an
 # app's throughput), bench-fleet.sh (48 redis replicas collected),
 # bench-busy.sh (live dumps of a busy redis) and bench-rust-busy.sh (live
@@ -143,6 +144,9 @@ if [ "$differing" -eq 0 ] && cmp -s "$work/out/ref.lcov" "$work/out/livecov-node
 else
     echo "identical: no ($differing differing lines; diff $work/out/ref.lcov $work/out/livecov-nodemangle.lcov)"
 fi
+
+echo
+"$root/tests/scripts/bench-convert-cli.sh"
 
 # --- the in-process agent ------------------------------------------------------
 echo
