@@ -6,9 +6,11 @@
 //! `BRF`/`BRH`, then `LF`/`LH`, which llvm-cov takes from per-function
 //! summaries rather than from the `DA` lines (see `docs/formats.md`).
 
+#[cfg(feature = "agent")]
 mod live;
 mod v0;
 
+#[cfg(feature = "agent")]
 pub use live::LiveFile;
 
 use std::collections::BTreeMap;
@@ -345,45 +347,6 @@ fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &Coverage
     let mut branches = Vec::new();
     placed_branches(coverage, data, &mut branches);
     write_placed_branches(out, branches.iter().collect());
-}
-
-/// The branches of one stretch of a file, of all its functions, summed by
-/// place as a record shows them, kept up to date as functions' branches
-/// come and go.
-#[derive(Debug, Default)]
-pub(crate) struct CombinedBranches {
-    /// By place: the sums of the counts (wrapping) and how many.
-    places: BTreeMap<Vec<(u32, u32)>, (u64, u64, u32)>,
-}
-
-impl CombinedBranches {
-    pub(crate) fn add(&mut self, branches: &[PlacedBranch]) {
-        for b in branches {
-            let e = self.places.entry(b.path.clone()).or_insert((0, 0, 0));
-            e.0 = e.0.wrapping_add(b.count);
-            e.1 = e.1.wrapping_add(b.false_count);
-            e.2 += 1;
-        }
-    }
-
-    pub(crate) fn remove(&mut self, branches: &[PlacedBranch]) {
-        for b in branches {
-            if let Some(e) = self.places.get_mut(&b.path) {
-                e.0 = e.0.wrapping_sub(b.count);
-                e.1 = e.1.wrapping_sub(b.false_count);
-                e.2 -= 1;
-                if e.2 == 0 {
-                    self.places.remove(&b.path);
-                }
-            }
-        }
-    }
-
-    /// The `BRDA` lines.
-    pub(crate) fn write(&self, out: &mut String) {
-        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
-        write_summed_branches(out, &summed);
-    }
 }
 
 /// The `BRDA` lines of `branches`.

@@ -75,9 +75,9 @@ struct Incremental {
     /// ascending: a dump recomputes the files whose functions ran without
     /// looking at every function of the program.
     functions_of_file: Vec<Vec<usize>>,
-    /// Per file (indexed by `FileName`): its record in parts and its text,
+    /// Per file (indexed by `FileName`): its record in parts, with its text,
     /// `None` when it is not in the report.
-    files: Vec<Option<(lcov::LiveFile, Bytes)>>,
+    files: Vec<Option<lcov::LiveFile>>,
     /// The last report: the texts of `files`, shared with the answers
     /// that carry it.
     report: Chunks,
@@ -418,7 +418,7 @@ impl Engine {
             // that keep no parts.
             let mut loaded = changed_functions;
             for (file, changed) in &touched {
-                if let Some((live, _)) = &last.files[*file as usize] {
+                if let Some(live) = &last.files[*file as usize] {
                     live.needs(changed, &mut loaded);
                 }
             }
@@ -429,8 +429,8 @@ impl Engine {
             let index_of: FxHashMap<usize, usize> =
                 coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
             for (file, changed) in &touched {
-                if let Some((live, text)) = &mut self.last.files[*file as usize] {
-                    *text = live.update(&coverage, &index_of, changed, text).into();
+                if let Some(live) = &mut self.last.files[*file as usize] {
+                    live.update(&coverage, &index_of, changed);
                 }
             }
             drop(coverage);
@@ -447,11 +447,11 @@ impl Engine {
         let test_name = options.test_name.map(|test| Bytes::from(format!("TN:{test}\n")));
         let mut report = Chunks::default();
         for &f in &self.files {
-            if let Some((_, text)) = &last.files[f as usize] {
+            if let Some(live) = &last.files[f as usize] {
                 if let Some(test_name) = &test_name {
                     report.push(test_name.clone());
                 }
-                report.push(text.clone());
+                report.push(live.text().clone());
             }
         }
         last.report = report;
@@ -494,8 +494,7 @@ impl Engine {
             for &file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {
                     let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
-                    let (live, text) = lcov::LiveFile::new(&coverage, file, sf, !options.demangle);
-                    (live, text.into())
+                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
                 });
             }
             drop(coverage);

@@ -14,30 +14,34 @@
 //!   summaries, each the largest of its functions' own;
 //! - each defined function's `FNDA` count.
 //!
-//! When functions run, a dump loads them and the other functions of their
-//! small stretches, computes those stretches again and the functions'
-//! summaries (each group keeps its functions'), and copies the lines of
-//! every other stretch from the last record. A stretch of many functions
-//! (a header's macro, expanded all over the program) keeps each function's
-//! part of it (regions with counts, branches) and their combination
-//! (regions by extent, branches by place, counts summed), updated by the
-//! difference of the functions that ran. A service's timers run a few functions of its largest files: the
-//! record of such a file is mostly what it was.
+//! When functions run, a dump loads them alone, computes their stretches
+//! and their summaries again (each group keeps its functions'), and copies
+//! the lines of every other stretch from the last record. A stretch of
+//! several functions (a header's inline function, compiled into every unit
+//! that calls it; a macro expanded all over the program) keeps each
+//! function's part of it (regions with counts, branches) and their
+//! combination (regions by extent, branches by place, counts summed),
+//! updated by the difference of the functions that ran. A service's timers
+//! run a few functions of its largest files: the record of such a file is
+//! mostly what it was.
 
+use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{defined_names, function_summary, placed_branches, push_line, write_fn_lines, write_fnda_lines};
 use super::{write_lines, write_placed_branches};
-use super::{CombinedBranches, PlacedBranch, Summary};
+use super::{write_summed_branches, PlacedBranch, SummedBranch, Summary};
 use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span};
 use crate::mapping::FileName;
 
-/// One file's record, in parts. Functions are named by their index in the
-/// mapping. The record's text is the caller's: the lines of the stretches
-/// that did not change are copied from the last one.
+/// One file's record, in parts, and its text. Functions are named by their
+/// index in the mapping.
 #[derive(Debug)]
 pub struct LiveFile {
     file: FileName,
+    /// The record as last computed (without `TN:`), shared with the reports
+    /// that carry it. Always made from a `String`: see [`Self::render`].
+    text: Bytes,
     /// `SF:` (its path rewritten) and the `FN:` lines: which functions a
     /// file has does not change while the modules do not.
     head: String,
@@ -56,9 +60,6 @@ pub struct LiveFile {
     stretches_of: Vec<(usize, usize)>,
 }
 
-/// Past this many functions a stretch keeps its functions' parts; a
-/// smaller one has its functions loaded again when one of them ran.
-const KEPT_PARTS: usize = 8;
 
 #[derive(Debug, Default)]
 struct Stretch {
@@ -66,12 +67,11 @@ struct Stretch {
     lines: (u32, u32),
     /// The functions with regions in it, in load order.
     functions: Vec<usize>,
-    /// For a stretch of many functions (a header's macros, expanded all
-    /// over the program), their parts and those combined: a dump updates
-    /// them by the difference of the functions that ran (from the first
-    /// dump after the first that reaches it).
+    /// For a stretch of several functions, their parts and those combined:
+    /// a dump updates them by the difference of the functions that ran
+    /// (from the first dump after the first that reaches it).
     kept: Option<Box<Kept>>,
-    /// Where its `DA` and `BRDA` lines are in the record's last text.
+    /// Where its `DA` and `BRDA` lines are in the record's text.
     da: std::ops::Range<usize>,
     brda: std::ops::Range<usize>,
     /// Its lines computed again, not yet in the text.
@@ -104,9 +104,8 @@ struct Group {
 
 impl LiveFile {
     /// The record of `file`, from `coverage`, which loaded every function
-    /// touching it, and its text (without `TN:`). `sf` is its `SF:` line
-    /// as reports show it.
-    pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> (LiveFile, String) {
+    /// touching it. `sf` is its `SF:` line as reports show it.
+    pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> LiveFile {
         let mut head = sf;
         let (names, ends) = defined_names(coverage, file, no_demangle);
         write_fn_lines(&mut head, coverage, file, &names, &ends);
@@ -146,6 +145,7 @@ impl LiveFile {
         }
         let mut live = LiveFile {
             file,
+            text: Bytes::new(),
             head,
             names,
             ends,
@@ -188,13 +188,18 @@ impl LiveFile {
             live.groups.push(group);
         }
         live.stretches_of.sort_unstable();
-        let text = live.render(&[]);
-        (live, text)
+        live.render();
+        live
+    }
+
+    /// The record's text (without `TN:`).
+    pub fn text(&self) -> &Bytes {
+        &self.text
     }
 
     /// Adds to `out` the functions a dump must load, besides the `changed`
     /// ones, to update this record after they ran: all those of their
-    /// stretches that keep no parts.
+    /// stretches of several functions that keep no parts yet.
     pub fn needs(&self, changed: &[usize], out: &mut Vec<usize>) {
         for k in self.reached(changed).0 {
             if self.stretches[k].kept.is_none() {
@@ -205,14 +210,8 @@ impl LiveFile {
 
     /// Computes again what `changed` reach, from `coverage`, which loaded
     /// them and what [`Self::needs`] named; `index_of` maps a function to
-    /// its place in `coverage`. Returns the new text, given the last one.
-    pub fn update(
-        &mut self,
-        coverage: &Coverage<'_>,
-        index_of: &FxHashMap<usize, usize>,
-        changed: &[usize],
-        last: &[u8],
-    ) -> String {
+    /// its place in `coverage`.
+    pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
         let (stretches, groups) = self.reached(changed);
         let mut wanted = changed.to_vec();
         self.needs(changed, &mut wanted);
@@ -233,7 +232,7 @@ impl LiveFile {
         for g in groups {
             self.groups[g].compute(coverage, &loaded, &mut data);
         }
-        self.render(last)
+        self.render();
     }
 
     /// The stretches and groups of `changed`.
@@ -250,16 +249,15 @@ impl LiveFile {
 
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
     /// again: the counts, totals and fresh stretches new, the other
-    /// stretches' lines copied from `last`.
-    fn render(&mut self, last: &[u8]) -> String {
-        // The copied lines are ASCII but for file and function names: valid
-        // UTF-8, as `last` was written here.
+    /// stretches' lines copied from the last text.
+    fn render(&mut self) {
+        let last = &self.text;
         let copy = |out: &mut String, range: &std::ops::Range<usize>| {
             let bytes = last.get(range.clone()).unwrap_or_default();
-            match std::str::from_utf8(bytes) {
-                Ok(text) => out.push_str(text),
-                Err(_) => out.push_str(&String::from_utf8_lossy(bytes)),
-            }
+            // Safety: `last` is only ever set below, from a `String`, and a
+            // stretch's range holds whole `DA`/`BRDA` lines of it (ASCII).
+            // Checking it again would cost as much as copying it.
+            out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
         };
         let mut out = String::with_capacity(last.len().max(self.head.len() * 2));
         out.push_str(&self.head);
@@ -291,7 +289,7 @@ impl LiveFile {
         push_line(&mut out, "LF:", total.lines);
         push_line(&mut out, "LH:", total.lines_hit);
         out.push_str("end_of_record\n");
-        out
+        self.text = Bytes::from(out);
     }
 }
 
@@ -299,7 +297,7 @@ impl Stretch {
     /// Its lines and branches, with the parts of the `loaded` functions
     /// ((mapping index, place in `coverage`), by mapping index) computed
     /// again and the others as they were; `followed`: stretches come after
-    /// it; `keep`: a stretch of many functions is to keep their parts.
+    /// it; `keep`: a stretch of several functions is to keep their parts.
     fn compute<'m>(
         &mut self,
         coverage: &Coverage<'m>,
@@ -311,7 +309,7 @@ impl Stretch {
     ) {
         // Kept from the first dump after the first: the first one computes
         // every stretch once and should cost no more than that.
-        if keep && self.kept.is_none() && self.functions.len() > KEPT_PARTS {
+        if keep && self.kept.is_none() && self.functions.len() > 1 {
             // Every function of the stretch is in `loaded` this time.
             self.kept = Some(Box::new(Kept { parts: self.functions.iter().map(|_| Part::default()).collect(), ..Kept::default() }));
         }
@@ -373,5 +371,44 @@ impl Group {
             }
         }
         self.summary = group.unwrap_or_default();
+    }
+}
+
+/// The branches of one stretch of a file, of all its functions, summed by
+/// place as a record shows them, kept up to date as functions' branches
+/// come and go.
+#[derive(Debug, Default)]
+struct CombinedBranches {
+    /// By place: the sums of the counts (wrapping) and how many.
+    places: std::collections::BTreeMap<Vec<(u32, u32)>, (u64, u64, u32)>,
+}
+
+impl CombinedBranches {
+    fn add(&mut self, branches: &[PlacedBranch]) {
+        for b in branches {
+            let e = self.places.entry(b.path.clone()).or_insert((0, 0, 0));
+            e.0 = e.0.wrapping_add(b.count);
+            e.1 = e.1.wrapping_add(b.false_count);
+            e.2 += 1;
+        }
+    }
+
+    fn remove(&mut self, branches: &[PlacedBranch]) {
+        for b in branches {
+            if let Some(e) = self.places.get_mut(&b.path) {
+                e.0 = e.0.wrapping_sub(b.count);
+                e.1 = e.1.wrapping_sub(b.false_count);
+                e.2 -= 1;
+                if e.2 == 0 {
+                    self.places.remove(&b.path);
+                }
+            }
+        }
+    }
+
+    /// The `BRDA` lines.
+    fn write(&self, out: &mut String) {
+        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
+        write_summed_branches(out, &summed);
     }
 }

@@ -1,0 +1,184 @@
+//! A live agent's records, updated dump after dump from the functions that
+//! ran (`livecov::lcov::LiveFile`), are the records computed whole from the
+//! same counts, byte for byte, at every dump.
+//!
+//! The program is real and not ours: {fmt}'s test executables from Debian's
+//! source package (tests/scripts/deps-fmt.sh, clang++-19 coverage), all
+//! loaded at once as an agent sees a program and its shared objects. Their
+//! templates are instantiated in every executable, and their headers'
+//! inline functions are compiled into each, so most stretches of source
+//! hold several functions. The counts grow as a service's do: the first
+//! dump has a run of each executable that runs no test (so that, as in a
+//! live process, every record is there from the start), and each later one
+//! adds the raw profile of one more test run (a few test suites of one
+//! executable, then of another), so that a dump changes some functions of
+//! a stretch and not others.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use livecov::coverage::Coverage;
+use livecov::lcov::{self, LiveFile};
+use livecov::mapping::{Counter, CoverageMapping, FileName};
+use livecov::profile::{read_raw_profiles, Counters, Lookup};
+use livecov_tests::workspace_root;
+use rustc_hash::FxHashMap;
+
+const EXECUTABLES: [&str; 4] = ["core-test", "args-test", "printf-test", "ranges-test"];
+
+/// The test runs, in dump order: (executable, gtest filter). The first
+/// dump has the first four.
+const RUNS: [(&str, &str); 11] = [
+    ("core-test", "none"),
+    ("args-test", "none"),
+    ("printf-test", "none"),
+    ("ranges-test", "none"),
+    ("core-test", "string_view_test.*"),
+    ("core-test", "buffer_test.*:arg_test.*"),
+    ("args-test", "*"),
+    ("core-test", "core_test.*"),
+    ("printf-test", "printf_test.*"),
+    ("core-test", "numeric_arg_test*"),
+    ("ranges-test", "*"),
+];
+
+fn binary(name: &str) -> PathBuf {
+    let path = workspace_root().join("target/fmtlib/current/build/bin").join(name);
+    assert!(path.is_file(), "{} not found: run tests/scripts/deps-fmt.sh (`make test` runs it)", path.display());
+    path
+}
+
+/// Runs every entry of [`RUNS`], each writing its raw profile into `dir`.
+fn profiles(dir: &Path) -> Vec<PathBuf> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    RUNS.iter()
+        .enumerate()
+        .map(|(i, (name, filter))| {
+            let profile = dir.join(format!("{i}-{name}.profraw"));
+            let run = Command::new(binary(name))
+                .arg(format!("--gtest_filter={filter}"))
+                .env("LLVM_PROFILE_FILE", &profile)
+                .current_dir(dir)
+                .output()
+                .unwrap();
+            assert!(run.status.success(), "{name} {filter} failed: {}", String::from_utf8_lossy(&run.stdout));
+            profile
+        })
+        .collect()
+}
+
+fn counters_of(profiles: &[PathBuf]) -> Counters {
+    let mut counters = Counters::new();
+    for path in profiles {
+        for profile in read_raw_profiles(&std::fs::read(path).unwrap()).unwrap() {
+            counters.add(profile).unwrap();
+        }
+    }
+    counters
+}
+
+fn counts<'c>(counters: &'c Counters, mapping: &CoverageMapping, function: usize) -> Option<&'c [u64]> {
+    let f = &mapping.functions[function];
+    match counters.lookup(f.name_ref, f.hash) {
+        Lookup::Found { counters, .. } => Some(counters),
+        _ => None,
+    }
+}
+
+fn sf(mapping: &CoverageMapping, file: FileName) -> String {
+    format!("SF:{}\n", mapping.file_name(file))
+}
+
+/// Every record of `whole`, as `llvm-cov export` writes it, by file.
+fn whole_records(whole: &Coverage<'_>) -> BTreeMap<FileName, String> {
+    let options = lcov::Options { no_demangle: true, ..lcov::Options::default() };
+    whole
+        .source_files()
+        .into_iter()
+        .map(|file| {
+            let mut out = String::new();
+            lcov::write_file(&mut out, whole, file, &options);
+            (file, out)
+        })
+        .collect()
+}
+
+#[test]
+fn records_updated_dump_after_dump_are_the_records_computed_whole() {
+    let images: Vec<Vec<u8>> = EXECUTABLES.iter().map(|name| std::fs::read(binary(name)).unwrap()).collect();
+    let mut mapping = CoverageMapping::new();
+    for image in &images {
+        mapping.add_object(image).unwrap().expect("a coverage mapping");
+    }
+    let profiles = profiles(&workspace_root().join("target/live-records"));
+
+    let baseline = EXECUTABLES.len();
+    let first = counters_of(&profiles[..baseline]);
+    let whole = Coverage::new(&mapping, &first);
+    let mut live: BTreeMap<FileName, LiveFile> =
+        whole.source_files().into_iter().map(|file| (file, LiveFile::new(&whole, file, sf(&mapping, file), true))).collect();
+    drop(whole);
+    let (mut updated_files, mut kept_stretches_reached) = (0, 0);
+    for dump in baseline..profiles.len() {
+        let (before, now) = (counters_of(&profiles[..dump]), counters_of(&profiles[..=dump]));
+        let changed: Vec<usize> =
+            (0..mapping.functions.len()).filter(|&i| counts(&before, &mapping, i) != counts(&now, &mapping, i)).collect();
+        assert!(!changed.is_empty(), "run {dump} changed no count: the test shows nothing");
+
+        // As the agent does: a changed zero-region stub (whether llvm-cov
+        // loads it depends on its counts) has its files computed whole.
+        let whole = Coverage::new(&mapping, &now);
+        let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
+        for &i in &changed {
+            let f = &mapping.functions[i];
+            let stub = f.regions.len() == 1 && f.regions[0].count == Counter::Zero;
+            for &file in &f.filenames {
+                if stub {
+                    live.insert(file, LiveFile::new(&whole, file, sf(&mapping, file), true));
+                } else if live.contains_key(&file) {
+                    let of_file = touched.entry(file).or_default();
+                    if of_file.last() != Some(&i) {
+                        of_file.push(i);
+                    }
+                }
+            }
+        }
+        let mut loaded = changed.clone();
+        for (file, changed) in &touched {
+            let before = loaded.len();
+            live[file].needs(changed, &mut loaded);
+            kept_stretches_reached += usize::from(loaded.len() == before);
+        }
+        loaded.sort_unstable();
+        loaded.dedup();
+        let partial = Coverage::of_functions(&mapping, &now, loaded.into_iter());
+        let index_of: FxHashMap<usize, usize> =
+            partial.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+        for (file, changed) in &touched {
+            live.get_mut(file).unwrap().update(&partial, &index_of, changed);
+            updated_files += 1;
+        }
+
+        let expected = whole_records(&whole);
+        assert_eq!(live.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "dump {dump}: the files differ");
+        for (file, record) in &expected {
+            let text = std::str::from_utf8(live[file].text()).unwrap();
+            if text != record {
+                let line = text.lines().zip(record.lines()).position(|(a, b)| a != b).unwrap_or(0);
+                panic!(
+                    "dump {dump}: {} differs from its whole record at line {}: {:?} instead of {:?}",
+                    mapping.file_name(*file),
+                    line + 1,
+                    text.lines().nth(line),
+                    record.lines().nth(line)
+                );
+            }
+        }
+    }
+    // The dumps updated records, some of them through the parts their
+    // stretches keep (no other function of the stretch loaded again).
+    assert!(updated_files > 50, "only {updated_files} records were updated");
+    assert!(kept_stretches_reached > 0, "no update used the parts a stretch keeps");
+}
