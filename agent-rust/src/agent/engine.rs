@@ -320,16 +320,21 @@ impl Engine {
             let Some(_pin) = Pin::new(&m.id, self.ids.first() == Some(&m.id)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
+            let base = self.baseline[i].as_deref();
             for (j, span) in state.spans.iter().enumerate() {
                 if !state.relevant[j] {
                     continue;
                 }
-                // Safety: pinned above; spans were decoded from this module.
-                unsafe { m.read_counters(span.clone(), &mut bytes) };
-                if let Some(base) = &self.baseline[i] {
-                    subtract(&mut bytes, base.get(span.clone()).unwrap_or(&[]));
-                }
                 let Some(last) = state.counters.get_mut(span.clone()) else { continue };
+                let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
+                // Safety (both): pinned above; spans were decoded from this module.
+                if unsafe { m.counters_are(span.clone(), last, base) } {
+                    continue;
+                }
+                unsafe { m.read_counters(span.clone(), &mut bytes) };
+                if let Some(base) = base {
+                    subtract(&mut bytes, base);
+                }
                 if *last != *bytes {
                     last.copy_from_slice(&bytes);
                     let record = &mut state.records[j];

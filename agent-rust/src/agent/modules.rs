@@ -208,6 +208,33 @@ impl Module {
         unsafe { read_live_into(self.counters.0 + span.start, span.len(), byte_mode, out) };
     }
 
+    /// Whether the counters at `span` are `last` (less `base`, the reset
+    /// baseline's bytes there), read in place: between two dumps of a
+    /// service most functions did not run, and comparing costs less than
+    /// copying them out first.
+    ///
+    /// Safety: as [`Module::read_counters`].
+    pub unsafe fn counters_are(&self, span: std::ops::Range<usize>, last: &[u8], base: Option<&[u8]>) -> bool {
+        if span.end > self.counters.1 || last.len() != span.len() {
+            return false;
+        }
+        let address = self.counters.0 + span.start;
+        if self.layout.variant.byte_coverage || address % 8 != 0 {
+            // Byte counters have no baseline (a reset clears them in place).
+            return base.is_none()
+                && last.iter().enumerate().all(|(i, &byte)| {
+                    // Safety: inside the section, one byte at a time.
+                    unsafe { (*((address + i) as *const AtomicU8)).load(Ordering::Relaxed) == byte }
+                });
+        }
+        let word = |bytes: &[u8], i: usize| bytes.get(i..i + 8).and_then(|w| w.try_into().ok()).map_or(0, u64::from_ne_bytes);
+        (0..span.len() / 8).all(|w| {
+            // Safety: inside the section, aligned u64 counters.
+            let live = unsafe { (*((address + w * 8) as *const AtomicU64)).load(Ordering::Relaxed) };
+            live.wrapping_sub(base.map_or(0, |b| word(b, w * 8))) == word(last, w * 8)
+        })
+    }
+
     /// Decodes a snapshot into per-function counters, with each record's
     /// byte range in the snapshot's counters.
     pub fn records_with_spans(&self, snapshot: &Snapshot) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
