@@ -43,10 +43,97 @@ pub struct Engine {
     /// The id of the modules' build mapping (see `crate::fleet`), once
     /// computed; forgotten when the modules change.
     mapping_id: Option<String>,
+    decoded: Decoded,
+}
+
+/// Which functions stay decoded between dumps: those that ran last, within
+/// a budget of the size of the objects' `__llvm_covfun`. Between dumps of a
+/// service the same ones run again (its timers, its requests); decoded, the
+/// whole mapping is several times the size of the sections it is read from.
+#[derive(Default)]
+struct Decoded {
+    /// Per mapping function: the dump in which its counters last changed,
+    /// and the one in which it was let stay decoded (0: never, or released).
+    ran_at: Vec<u32>,
+    kept_at: Vec<u32>,
+    dump: u32,
+    /// Bytes of the functions let stay in this dump, and the budget.
+    kept: usize,
+    budget: usize,
+}
+
+impl Decoded {
+    /// A dump begins, in which the `changed` functions ran.
+    fn start(&mut self, functions: usize, budget: usize, changed: &[usize]) {
+        if self.ran_at.len() != functions {
+            *self = Decoded { ran_at: vec![0; functions], kept_at: vec![0; functions], ..Decoded::default() };
+        }
+        self.dump += 1;
+        for &i in changed {
+            self.ran_at[i] = self.dump;
+        }
+        self.kept = 0;
+        self.budget = budget;
+    }
+
+    /// Which of the `done` functions (decoded, of no more use to this
+    /// dump) to release: not those let stay in an earlier dump (see
+    /// [`Self::finish`]), nor those that ran now while the budget lasts.
+    fn release(&mut self, done: &[usize], mapping: &CoverageMapping) -> Vec<usize> {
+        let mut released = Vec::new();
+        for &i in done {
+            if self.kept_at[i] > 0 {
+                continue;
+            }
+            let bytes = decoded_bytes(&mapping.functions[i]);
+            if self.ran_at[i] == self.dump && self.kept + bytes <= self.budget {
+                self.kept += bytes;
+                self.kept_at[i] = self.dump;
+            } else {
+                released.push(i);
+            }
+        }
+        released
+    }
+
+    /// At the end of a dump: of the functions let stay earlier, those that
+    /// ran last stay while the budget lasts; every other is released.
+    fn finish(&mut self, mapping: &mut CoverageMapping) {
+        let mut earlier: Vec<(u32, usize)> = Vec::new();
+        let mut released = Vec::new();
+        for (i, f) in mapping.functions.iter().enumerate() {
+            if f.regions.is_empty() || self.kept_at[i] == self.dump {
+                continue;
+            }
+            match self.kept_at[i] {
+                0 => released.push(i),
+                _ => earlier.push((self.ran_at[i], i)),
+            }
+        }
+        earlier.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, i) in earlier {
+            let bytes = decoded_bytes(&mapping.functions[i]);
+            if self.kept + bytes <= self.budget {
+                self.kept += bytes;
+            } else {
+                self.kept_at[i] = 0;
+                released.push(i);
+            }
+        }
+        mapping.release_some(&released);
+    }
+}
+
+fn decoded_bytes(f: &crate::mapping::FunctionMapping) -> usize {
+    f.regions.capacity() * std::mem::size_of::<crate::mapping::Region>()
+        + f.expressions.capacity() * std::mem::size_of::<crate::mapping::Expression>()
 }
 
 /// A function's identity in the counters: name reference and hash.
 type Key = (u64, u64);
+
+/// A record a dump updates: its file, and the functions in it that ran.
+type Touched = (FileName, Vec<usize>);
 
 /// The functions whose counters changed since the last dump: their keys,
 /// and per module the indices of their records.
@@ -161,6 +248,7 @@ impl Engine {
         self.files = files;
         self.last.forget();
         self.mapping_id = None;
+        self.decoded = Decoded::default();
         self.ids = ids;
         self.modules = modules;
         self.baseline = baseline;
@@ -390,16 +478,21 @@ impl Engine {
             }
         };
         self.counters = counters;
-        self.restore(&changed_functions)?;
-        let last = &mut self.last;
-        for &i in &changed_functions {
-            // Whether llvm-cov loads a zero-region stub depends on its
-            // counts: its files are computed whole again.
-            let f = &self.mapping.functions[i];
-            if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
-                rebuild.extend(f.filenames.iter().copied());
+        let covfun = self.objects.iter().filter_map(|(_, range)| range.as_ref().map(|r| r.len())).sum();
+        self.decoded.start(self.mapping.functions.len(), covfun, &changed_functions);
+        for some in changed_functions.chunks(BATCH_FUNCTIONS) {
+            self.restore(some)?;
+            for &i in some {
+                // Whether llvm-cov loads a zero-region stub depends on its
+                // counts: its files are computed whole again.
+                let f = &self.mapping.functions[i];
+                if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
+                    rebuild.extend(f.filenames.iter().copied());
+                }
             }
+            self.release_done(some);
         }
+        let last = &mut self.last;
         rebuild.sort_unstable();
         rebuild.dedup();
 
@@ -418,36 +511,34 @@ impl Engine {
                 }
             }
         }
-        if !touched.is_empty() {
-            // The changed functions, and the others of their stretches
-            // that keep no parts.
-            let mut loaded = changed_functions;
-            for (file, changed) in &touched {
-                if let Some(live) = &last.files[*file as usize] {
-                    live.needs(changed, &mut loaded);
+        // Each touched record needs the changed functions and the others of
+        // their stretches that keep no parts.
+        let mut touched: Vec<(Touched, Vec<usize>)> = touched
+            .into_iter()
+            .map(|(file, changed)| {
+                let mut needed = changed.clone();
+                if let Some(live) = &last.files[file as usize] {
+                    live.needs(&changed, &mut needed);
                 }
-            }
-            loaded.sort_unstable();
-            loaded.dedup();
-            self.restore(&loaded)?;
-            let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), loaded.into_iter());
+                ((file, changed), needed)
+            })
+            .collect();
+        touched.sort_unstable_by_key(|((file, _), _)| *file);
+        for (files, functions, done) in batches(touched) {
+            self.restore(&functions)?;
+            let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
             let index_of: FxHashMap<usize, usize> =
                 coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
-            for (file, changed) in &touched {
+            for (file, changed) in &files {
                 if let Some(live) = &mut self.last.files[*file as usize] {
                     live.update(&coverage, &index_of, changed);
                 }
             }
             drop(coverage);
+            self.release_done(&done);
         }
         self.compute_whole(&rebuild, options)?;
-        // The functions that ran stay decoded: between dumps of a service
-        // the same ones run again (its timers, its requests). Up to a bound,
-        // so that a test that runs everything does not bring the whole
-        // decoded mapping back.
-        if self.mapping.functions.iter().filter(|f| !f.regions.is_empty()).count() > KEPT_DECODED {
-            self.mapping.release();
-        }
+        self.decoded.finish(&mut self.mapping);
         let last = &mut self.last;
         let test_name = options.test_name.map(|test| Bytes::from(format!("TN:{test}\n")));
         let mut report = Chunks::default();
@@ -463,49 +554,32 @@ impl Engine {
         Ok(last.report.clone())
     }
 
-    /// Computes the records of `files` whole, a batch of files at a time:
-    /// the regions of a batch's functions are decoded for it alone, so that
-    /// the first dump never holds the whole decoded mapping (several times
-    /// the size of `__llvm_covfun`), and what it leaves behind is not
-    /// scattered over the memory of a peak that size.
-    fn compute_whole(&mut self, mut files: &[FileName], options: &ReportOptions<'_>) -> Result<()> {
-        let mut batches = Vec::new();
-        while !files.is_empty() {
-            let mut functions = Vec::new();
-            let mut n = 0;
-            while n < files.len() && (n == 0 || functions.len() < BATCH_FUNCTIONS) {
-                functions.extend(&self.last.functions_of_file[files[n] as usize]);
-                n += 1;
-            }
-            let (batch, rest) = files.split_at(n);
-            files = rest;
-            functions.sort_unstable();
-            functions.dedup();
-            batches.push((batch, functions));
-        }
-        // A function that a later batch needs too (a header's, whose file
-        // is in another batch) stays decoded until the last of them.
-        let mut last_batch: FxHashMap<usize, usize> = FxHashMap::default();
-        for (b, (_, functions)) in batches.iter().enumerate() {
-            last_batch.extend(functions.iter().map(|&i| (i, b)));
-        }
-        for (b, (batch, functions)) in batches.into_iter().enumerate() {
+    /// Computes the records of `files` whole, in [`batches`].
+    fn compute_whole(&mut self, files: &[FileName], options: &ReportOptions<'_>) -> Result<()> {
+        // A file's record needs the functions that touch it, and no other
+        // (see `Coverage::of_functions`).
+        let files = files.iter().map(|&file| (file, self.last.functions_of_file[file as usize].clone())).collect();
+        for (batch, functions, done) in batches(files) {
             self.restore(&functions)?;
-            let done: Vec<usize> = functions.iter().copied().filter(|i| last_batch.get(i) == Some(&b)).collect();
-            // A file's record needs the functions that touch it, and no
-            // other (see `Coverage::of_functions`).
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
             let present: FxHashSet<FileName> = coverage.functions.iter().flat_map(|f| f.filenames.iter().copied()).collect();
-            for &file in batch {
+            for file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {
                     let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
                     lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
                 });
             }
             drop(coverage);
-            self.mapping.release_some(&done);
+            self.release_done(&done);
         }
         Ok(())
+    }
+
+    /// Releases the regions of the `done` functions that are not to stay
+    /// decoded (see [`Decoded`]).
+    fn release_done(&mut self, done: &[usize]) {
+        let released = self.decoded.release(done, &self.mapping);
+        self.mapping.release_some(&released);
     }
 
     /// llvm-cov's JSON export (`llvm-cov export -format=text`) of the
@@ -642,11 +716,45 @@ impl Engine {
     }
 }
 
-/// How many functions that ran stay decoded between dumps, at most.
-const KEPT_DECODED: usize = 4096;
+/// About how many functions a dump decodes at a time.
+const BATCH_FUNCTIONS: usize = 1024;
 
-/// About how many functions [`Engine::compute_whole`] decodes at a time.
-const BATCH_FUNCTIONS: usize = 4096;
+/// Records to compute (each with the functions it needs) in batches of
+/// about [`BATCH_FUNCTIONS`] functions: the regions of a batch's functions
+/// are decoded for it alone, so that a dump never holds the whole decoded
+/// mapping (several times the size of `__llvm_covfun`), and what it leaves
+/// behind is not scattered over the memory of a peak that size. With each
+/// batch, its records, its functions, and those of them that no later
+/// batch needs (a header's function, whose records are in several batches,
+/// stays decoded until the last of them).
+fn batches<T>(records: Vec<(T, Vec<usize>)>) -> Vec<(Vec<T>, Vec<usize>, Vec<usize>)> {
+    let mut batches: Vec<(Vec<T>, Vec<usize>)> = Vec::new();
+    for (record, needs) in records {
+        match batches.last_mut() {
+            Some((records, functions)) if functions.len() < BATCH_FUNCTIONS => {
+                records.push(record);
+                functions.extend(needs);
+            }
+            _ => batches.push((vec![record], needs)),
+        }
+    }
+    for (_, functions) in &mut batches {
+        functions.sort_unstable();
+        functions.dedup();
+    }
+    let mut last_batch: FxHashMap<usize, usize> = FxHashMap::default();
+    for (b, (_, functions)) in batches.iter().enumerate() {
+        last_batch.extend(functions.iter().map(|&i| (i, b)));
+    }
+    batches
+        .into_iter()
+        .enumerate()
+        .map(|(b, (records, functions))| {
+            let done = functions.iter().copied().filter(|i| last_batch.get(i) == Some(&b)).collect();
+            (records, functions, done)
+        })
+        .collect()
+}
 
 /// Drops the functions with no file in reports (the standard library's, a
 /// dependency's, what LIVECOV_IGNORE matches): they change no byte of one,
