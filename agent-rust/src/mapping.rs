@@ -218,8 +218,12 @@ impl CoverageMapping {
         let covfun = section("__llvm_covfun")?.unwrap_or_default();
         let names_section = section("__llvm_prf_names")?.unwrap_or_default();
         let tables = self.read_covmap(&covmap, endian)?;
+        // The names last: a reader that takes them from a profile read
+        // meanwhile (as `livecov convert` does) gets them while the records
+        // are decoded.
+        let first = self.read_covfun(&covfun, &tables, endian)?;
         let names = names(&names_section).map_err(|e| e.context("section __llvm_prf_names"))?;
-        self.read_covfun(&covfun, &tables, |name_ref| names.get(name_ref), endian)?;
+        self.name_functions(first, |name_ref| names.get(name_ref))?;
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
     }
 
@@ -246,7 +250,8 @@ impl CoverageMapping {
     /// collector fed by agents, see `crate::fleet`).
     pub fn add_module_sections(&mut self, covmap: &[u8], covfun: &[u8], names: &NameTable, endian: Endian) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
-        self.read_covfun(covfun, &tables, |name_ref| names.get(name_ref), endian)
+        let first = self.read_covfun(covfun, &tables, endian)?;
+        self.name_functions(first, |name_ref| names.get(name_ref))
     }
 
     /// Decodes `__llvm_covmap` and `__llvm_covfun` section contents.
@@ -259,7 +264,24 @@ impl CoverageMapping {
         endian: Endian,
     ) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
-        self.read_covfun(covfun, &tables, |name_ref| names.get(&name_ref).map(String::as_str), endian)
+        let first = self.read_covfun(covfun, &tables, endian)?;
+        self.name_functions(first, |name_ref| names.get(&name_ref).map(String::as_str))
+    }
+
+    /// Gives the functions from `first` on their names: `names` gives the
+    /// name of a name reference.
+    fn name_functions<'n>(&mut self, first: usize, names: impl Fn(u64) -> Option<&'n str>) -> Result<()> {
+        for f in &mut self.functions[first..] {
+            let Some(name) = names(f.name_ref) else {
+                return Err(Error::malformed(
+                    "function record (__llvm_covfun)",
+                    f.stored.at.saturating_sub(RECORD_HEADER) as u64,
+                    format!("function name {:#018x} is not in __llvm_prf_names", f.name_ref),
+                ));
+            };
+            f.name = name.to_owned();
+        }
+        Ok(())
     }
 
     /// Drops the expressions and regions of every function: most of a
@@ -346,15 +368,10 @@ impl CoverageMapping {
         Ok(tables)
     }
 
-    /// Reads the function records; `names` gives the name of a name
-    /// reference.
-    fn read_covfun<'n>(
-        &mut self,
-        covfun: &[u8],
-        tables: &FilenameTables,
-        names: impl Fn(u64) -> Option<&'n str>,
-        endian: Endian,
-    ) -> Result<()> {
+    /// Reads the function records, without their names; returns the index
+    /// of the first function it added.
+    fn read_covfun(&mut self, covfun: &[u8], tables: &FilenameTables, endian: Endian) -> Result<usize> {
+        let first = self.functions.len();
         // Index of each name reference's record among this object's
         // functions: LLVM keeps the first record of a name, except that a
         // dummy record is replaced by a later real one.
@@ -364,7 +381,7 @@ impl CoverageMapping {
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
         while bytes.remaining() > 0 {
             let record_at = bytes.position();
-            if bytes.remaining() < 28 && covfun[record_at..].iter().all(|&b| b == 0) {
+            if bytes.remaining() < RECORD_HEADER && covfun[record_at..].iter().all(|&b| b == 0) {
                 break; // Trailing alignment padding.
             }
             let name_ref = bytes.u64()?;
@@ -390,16 +407,10 @@ impl CoverageMapping {
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
             match by_name.get(&name_ref) {
                 None => {
-                    let Some(name) = names(name_ref) else {
-                        return Err(bytes.error_at(
-                            record_at,
-                            format!("function name {name_ref:#018x} is not in __llvm_prf_names"),
-                        ));
-                    };
                     let mapping = decode_function(&mut data, filenames, !self.released)?;
                     by_name.insert(name_ref, (self.functions.len(), is_dummy));
                     self.functions.push(FunctionMapping {
-                        name: name.to_owned(),
+                        name: String::new(),
                         name_ref,
                         hash,
                         filenames: mapping.filenames,
@@ -423,9 +434,13 @@ impl CoverageMapping {
                 }
             }
         }
-        Ok(())
+        Ok(first)
     }
 }
+
+/// The bytes of a function record before its mapping data: name
+/// reference, data length, hash, filename table reference.
+const RECORD_HEADER: usize = 28;
 
 /// The bytes a cursor covers, for hashing a filename table as stored.
 fn table_bytes<'a>(covmap: &'a [u8], table: &Bytes<'a>) -> &'a [u8] {
