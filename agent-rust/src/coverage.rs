@@ -59,6 +59,8 @@ pub struct FunctionRecord<'m> {
     /// Non-branch regions, in mapping order.
     pub regions: Vec<CountedRegion<'m>>,
     pub branches: Vec<CountedRegion<'m>>,
+    /// Its MC/DC decisions (none unless built with `-fcoverage-mcdc`).
+    pub mcdc_records: Vec<crate::mcdc::McdcRecord<'m>>,
     /// The count of the function's first region.
     pub execution_count: u64,
     /// The file id of the function's own body: the first one no expansion
@@ -148,14 +150,14 @@ impl<'m> Coverage<'m> {
             FxHashSet::with_capacity_and_hasher(expected, Default::default());
         coverage.functions.reserve(expected);
         for (i, f) in indices.filter_map(|i| mapping.functions.get(i).map(|f| (i, f))) {
-            let counts: &[u64] = match counters.lookup(f.name_ref, f.hash) {
-                Lookup::Found { counters, .. } => counters,
+            let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(f.name_ref, f.hash) {
+                Lookup::Found { counters, bitmap } => (counters, bitmap),
                 Lookup::HashMismatch => {
                     coverage.mismatched.push((f.name.clone(), f.hash));
                     continue;
                 }
                 // Never ran (or not in this profile): every counter is zero.
-                Lookup::Unknown => &[],
+                Lookup::Unknown => (&[], &[]),
             };
             let Some(first) = f.regions.first() else { continue };
             // A zero-region stub from a unit where the function is unused,
@@ -164,7 +166,7 @@ impl<'m> Coverage<'m> {
                 continue;
             }
             let name = f.name_without_prefix(mapping);
-            let Some(record) = count_regions(i, name, f, counts) else {
+            let Some(record) = count_regions(i, name, f, counts, bitmap) else {
                 continue;
             };
             if !provenance.insert((&f.filenames, name)) {
@@ -407,6 +409,7 @@ fn count_regions<'m>(
     name: &'m str,
     f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
+    bitmap: &[u8],
 ) -> Option<FunctionRecord<'m>> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
     let branches = f.regions.iter().filter(|r| r.is_branch()).count();
@@ -416,6 +419,7 @@ fn count_regions<'m>(
         filenames: &f.filenames,
         regions: Vec::with_capacity(f.regions.len() - branches),
         branches: Vec::with_capacity(branches),
+        mcdc_records: Vec::new(),
         execution_count: 0,
         main_file: main_file_id(f.filenames.len(), &f.regions),
     };
@@ -439,6 +443,7 @@ fn count_regions<'m>(
             record.regions.push(counted);
         }
     }
+    record.mcdc_records = crate::mcdc::records(f, bitmap);
     Some(record)
 }
 

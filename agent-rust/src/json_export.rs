@@ -8,15 +8,20 @@
 //! llvm::json's: object keys sorted, no spaces, strings escaped its way, and
 //! percentages printed as `%.17g` prints doubles.
 //!
-//! MC/DC records are not computed: `mcdc_records` are empty arrays and the
-//! `mcdc` summaries zero, which is exact for objects built without
-//! `-fcoverage-mcdc`.
+//! MC/DC records (`-fcoverage-mcdc` builds, see [`crate::mcdc`]) are
+//! listed per function (all of its decisions) and per file (the decisions
+//! in that file of every function that maps into it, macro expansions
+//! included). Summaries count the conditions that are not constant-folded
+//! of the decisions in each function's own file (not those in macros), a
+//! condition covered when an independence pair covers it; instantiations
+//! merge by the larger numbers, as for branches.
 
 use std::io::Write;
 
 use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion, Segment};
 use crate::lcov::{is_ignored, Options};
 use crate::mapping::{FileName, RegionKind};
+use crate::mcdc::McdcRecord;
 
 /// Writes the JSON export of `coverage` to `out`, file by file. Of
 /// `options`, `ignore_filename_regex`, `skip_functions` and `summary_only`
@@ -53,7 +58,9 @@ pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl Write
             push_count(&mut text, f.execution_count);
             text.push_str(",\"filenames\":");
             push_file_names(&mut text, coverage, f.filenames);
-            text.push_str(",\"mcdc_records\":[],\"name\":");
+            text.push_str(",\"mcdc_records\":");
+            push_mcdc_records(&mut text, f.mcdc_records.iter());
+            text.push_str(",\"name\":");
             push_string(&mut text, f.name);
             text.push_str(",\"regions\":");
             push_regions(&mut text, &f.regions);
@@ -98,7 +105,13 @@ fn write_file<'m>(
     out.push_str("\"filename\":");
     push_string(out, coverage.mapping.file_name(file));
     if !options.summary_only {
-        out.push_str(",\"mcdc_records\":[],\"segments\":");
+        out.push_str(",\"mcdc_records\":");
+        let records = coverage.functions_touching(file).iter().flat_map(|&i| {
+            let f = &coverage.functions[i];
+            f.mcdc_records.iter().filter(move |r| f.filenames.get(r.decision.file_id as usize) == Some(&file))
+        });
+        push_mcdc_records(out, records);
+        out.push_str(",\"segments\":");
         push_segments(out, &data.segments);
     }
     out.push_str(",\"summary\":");
@@ -180,6 +193,7 @@ struct Summary {
     branches: Ratio,
     functions: Ratio,
     instantiations: Ratio,
+    mcdc: Ratio,
 }
 
 impl Summary {
@@ -189,12 +203,14 @@ impl Summary {
         self.branches.add(other.branches);
         self.functions.add(other.functions);
         self.instantiations.add(other.instantiations);
+        self.mcdc.add(other.mcdc);
     }
 
     fn merge_max(&mut self, other: &Summary) {
         self.lines.merge_max(other.lines);
         self.regions.merge_max(other.regions);
         self.branches.merge_max(other.branches);
+        self.mcdc.merge_max(other.mcdc);
     }
 }
 
@@ -232,6 +248,10 @@ fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut Covera
     let mut s = Summary::default();
     for r in f.regions.iter().filter(|r| r.region.kind == RegionKind::Code) {
         s.regions.count_one(r.count != 0);
+    }
+    for r in f.mcdc_records.iter().filter(|r| Some(r.decision.file_id) == f.main_file) {
+        let (count, covered) = r.pairs();
+        s.mcdc.add(Ratio { covered, count });
     }
     coverage.for_function_into(index, data);
     line_stats(&data.segments, |l, run| {
@@ -277,7 +297,7 @@ fn push_summary(out: &mut String, s: &Summary) {
     out.push_str(",\"lines\":");
     push_ratio(out, &s.lines, false);
     out.push_str(",\"mcdc\":");
-    push_ratio(out, &Ratio::default(), true);
+    push_ratio(out, &s.mcdc, true);
     out.push_str(",\"regions\":");
     push_ratio(out, &s.regions, true);
     out.push('}');
@@ -365,6 +385,62 @@ fn push_branches<'a, 'm: 'a>(out: &mut String, branches: impl Iterator<Item = &'
             out.push(',');
         }
         push_region_with(out, b, &[b.count, b.false_count]);
+    }
+    out.push(']');
+}
+
+/// `[lineStart, colStart, lineEnd, colEnd, trueDecisions, falseDecisions,
+/// fileID, expandedFileID, kind, [covered per condition], [test vectors]]`
+/// for each MC/DC record; a test vector is `{"conditions":[true, false or
+/// null (not evaluated) per condition],"executed":true,"result":...}`.
+fn push_mcdc_records<'a, 'm: 'a>(out: &mut String, records: impl Iterator<Item = &'a McdcRecord<'m>>) {
+    out.push('[');
+    for (i, r) in records.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let m = r.decision;
+        out.push('[');
+        let (true_, false_) = r.decisions();
+        for n in [m.line_start, m.column_start, m.line_end, m.column_end] {
+            push_int(out, n);
+            out.push(',');
+        }
+        push_count(out, true_);
+        out.push(',');
+        push_count(out, false_);
+        for n in [m.file_id, m.expanded_file_id, m.kind as u32] {
+            out.push(',');
+            push_int(out, n);
+        }
+        out.push_str(",[");
+        for (c, &covered) in r.covered.iter().enumerate() {
+            if c > 0 {
+                out.push(',');
+            }
+            out.push_str(if covered { "true" } else { "false" });
+        }
+        out.push_str("],[");
+        for (v, vector) in r.vectors.iter().enumerate() {
+            if v > 0 {
+                out.push(',');
+            }
+            out.push_str("{\"conditions\":[");
+            for (c, condition) in vector.conditions.iter().enumerate() {
+                if c > 0 {
+                    out.push(',');
+                }
+                out.push_str(match condition {
+                    None => "null",
+                    Some(true) => "true",
+                    Some(false) => "false",
+                });
+            }
+            out.push_str("],\"executed\":true,\"result\":");
+            out.push_str(if vector.result { "true" } else { "false" });
+            out.push('}');
+        }
+        out.push_str("]]");
     }
     out.push(']');
 }

@@ -22,6 +22,7 @@ pub mod fleet;
 pub mod json_export;
 pub mod lcov;
 pub mod mapping;
+pub mod mcdc;
 pub mod profile;
 
 #[cfg(feature = "agent")]

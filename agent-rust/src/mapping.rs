@@ -64,6 +64,10 @@ pub struct FunctionMapping {
     pub expressions: Vec<Expression>,
     /// Regions in stored order: file id 0 first, then 1, ...
     pub regions: Vec<Region>,
+    /// The MC/DC parameters of its MC/DC regions, in region order; empty
+    /// unless built with `-fcoverage-mcdc` (kept apart so that a region
+    /// stays small).
+    pub mcdc: Vec<McdcParameters>,
     /// Where `expressions` and `regions` were decoded from.
     pub stored: Stored,
 }
@@ -144,6 +148,25 @@ impl Region {
     pub fn is_branch(&self) -> bool {
         matches!(self.kind, RegionKind::Branch | RegionKind::McdcBranch)
     }
+}
+
+/// The MC/DC parameters of one region (of kind `McdcDecision` or
+/// `McdcBranch`): `region` indexes the function's regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McdcParameters {
+    pub region: u32,
+    pub kind: McdcKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McdcKind {
+    /// A decision: where its test vectors' bits end in the function's
+    /// bitmap (clang 19 on), and how many conditions it has.
+    Decision { bitmap_index: u32, num_conditions: u16 },
+    /// A condition: its id (0 is the decision's first) and the condition
+    /// evaluated next when it is false and when it is true (`-1`: none, the
+    /// decision is made).
+    Branch { id: i16, next: [i16; 2] },
 }
 
 /// Facts about an object file that go with its mapping.
@@ -291,6 +314,7 @@ impl CoverageMapping {
         for f in &mut self.functions {
             f.expressions = Vec::new();
             f.regions = Vec::new();
+            f.mcdc = Vec::new();
         }
     }
 
@@ -300,6 +324,7 @@ impl CoverageMapping {
             if let Some(f) = self.functions.get_mut(i) {
                 f.expressions = Vec::new();
                 f.regions = Vec::new();
+                f.mcdc = Vec::new();
             }
         }
     }
@@ -327,7 +352,7 @@ impl CoverageMapping {
             if num_files != f.filenames.len() {
                 return Err(data.error("the record changed since it was read"));
             }
-            (f.expressions, f.regions) = decode_body(&mut data, num_files)?;
+            (f.expressions, f.regions, f.mcdc) = decode_body(&mut data, num_files)?;
         }
         Ok(())
     }
@@ -416,6 +441,7 @@ impl CoverageMapping {
                         filenames: mapping.filenames,
                         expressions: mapping.expressions,
                         regions: mapping.regions,
+                        mcdc: mapping.mcdc,
                         stored,
                     });
                 }
@@ -430,6 +456,7 @@ impl CoverageMapping {
                     old.filenames = mapping.filenames;
                     old.expressions = mapping.expressions;
                     old.regions = mapping.regions;
+                    old.mcdc = mapping.mcdc;
                     old.stored = stored;
                 }
             }
@@ -624,6 +651,7 @@ struct DecodedFunction {
     filenames: Vec<FileName>,
     expressions: Vec<Expression>,
     regions: Vec<Region>,
+    mcdc: Vec<McdcParameters>,
 }
 
 /// Decodes one function's mapping data: its file ids, expressions and
@@ -640,12 +668,15 @@ fn decode_function(data: &mut Bytes<'_>, table: &[FileName], body: bool) -> Resu
         })?;
         filenames.push(*id);
     }
-    let (expressions, regions) = if body { decode_body(data, num_files)? } else { Default::default() };
-    Ok(DecodedFunction { filenames, expressions, regions })
+    let (expressions, regions, mcdc) = if body { decode_body(data, num_files)? } else { Default::default() };
+    Ok(DecodedFunction { filenames, expressions, regions, mcdc })
 }
 
-/// A function record's expressions and regions, which follow its file ids.
-fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<(Vec<Expression>, Vec<Region>)> {
+/// A function record's expressions and regions (with the MC/DC parameters
+/// of its MC/DC regions), which follow its file ids.
+type Body = (Vec<Expression>, Vec<Region>, Vec<McdcParameters>);
+
+fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<Body> {
     let num_expressions = data.uleb_len()?;
     // An expression's kind is given by the tag of the counters that refer
     // to it; until one does, LLVM treats it as a subtraction.
@@ -661,11 +692,12 @@ fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<(Vec<Expression
     }
 
     let mut regions = Vec::new();
+    let mut mcdc = Vec::new();
     for file_id in 0..num_files as u32 {
-        read_regions(data, &mut expressions, file_id, num_files as u32, &mut regions)?;
+        read_regions(data, &mut expressions, file_id, num_files as u32, &mut regions, &mut mcdc)?;
     }
     propagate_expansion_counters(&mut regions, num_files);
-    Ok((expressions, regions))
+    Ok((expressions, regions, mcdc))
 }
 
 fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {
@@ -700,6 +732,7 @@ fn read_regions(
     file_id: u32,
     num_files: u32,
     regions: &mut Vec<Region>,
+    mcdc: &mut Vec<McdcParameters>,
 ) -> Result<()> {
     let num_regions = data.uleb_len()?;
     // The mapping of a large program holds hundreds of thousands of
@@ -713,6 +746,7 @@ fn read_regions(
         let mut count = Counter::Zero;
         let mut false_count = Counter::Zero;
         let mut expanded_file_id = 0;
+        let mut mcdc_kind = None;
         if header & 3 != 0 {
             count = decode_counter(header, at, data, expressions)?;
         } else if header & 4 != 0 {
@@ -735,19 +769,24 @@ fn read_regions(
                 }
                 5 => {
                     kind = RegionKind::McdcDecision;
-                    data.uleb32()?; // bitmap index
-                    read_condition_id(data)?; // number of conditions
+                    let bitmap_index = data.uleb32()?;
+                    let num_conditions = read_condition_id(data)? as u16;
+                    mcdc_kind = Some(McdcKind::Decision { bitmap_index, num_conditions });
                 }
                 6 => {
                     kind = RegionKind::McdcBranch;
                     count = read_counter(data, expressions)?;
                     false_count = read_counter(data, expressions)?;
                     let id_at = data.position();
-                    if read_condition_id(data)? == 0 {
+                    let id = read_condition_id(data)?;
+                    if id == 0 {
                         return Err(data.error_at(id_at, "MC/DC condition id must not be zero"));
                     }
-                    read_condition_id(data)?;
-                    read_condition_id(data)?;
+                    // Stored one-based, 0 for "none"; true's before false's.
+                    let true_id = read_condition_id(data)?;
+                    let false_id = read_condition_id(data)?;
+                    let id0 = |v: u64| v as i16 - 1;
+                    mcdc_kind = Some(McdcKind::Branch { id: id0(id), next: [id0(false_id), id0(true_id)] });
                 }
                 other => {
                     return Err(data.error_at(at, format!("unknown region kind {other}")));
@@ -799,6 +838,10 @@ fn read_regions(
                     "region ends ({line_end}:{column_end}) before it starts ({line_start}:{column_start})"
                 ),
             ));
+        }
+        if let Some(kind) = mcdc_kind {
+            // A region is at most a byte of the record: its index fits.
+            mcdc.push(McdcParameters { region: regions.len() as u32, kind });
         }
         regions.push(region);
     }
