@@ -136,10 +136,17 @@ type Key = (u64, u64);
 type Touched = (FileName, Vec<usize>);
 
 /// The functions whose counters changed since the last dump: their keys,
-/// and per module the indices of their records.
+/// and per module their records, decoded again.
 struct Changed {
     keys: FxHashSet<Key>,
-    records: Vec<Vec<usize>>,
+    records: Vec<Vec<FunctionCounters>>,
+}
+
+/// The records a report merges: every one (a whole report), or those whose
+/// counters changed since the last.
+enum Merge {
+    Whole(Vec<Vec<FunctionCounters>>),
+    Changed(Changed),
 }
 
 /// What the last report was made from, so that the next one recomputes
@@ -154,14 +161,19 @@ struct Incremental {
     modules: Vec<ModuleRecords>,
     /// Merged counts of every function of the modules.
     merged: FxHashMap<Key, Vec<u64>>,
-    /// The hashes each name reference has in the modules.
-    hashes: FxHashMap<u64, Vec<u64>>,
-    /// The mapping functions of each key.
-    functions: FxHashMap<Key, Vec<usize>>,
-    /// The mapping functions of each file (indexed by `FileName`),
-    /// ascending: a dump recomputes the files whose functions ran without
-    /// looking at every function of the program.
-    functions_of_file: Vec<Vec<usize>>,
+    /// The keys of the modules' records, sorted, once each: the hashes
+    /// each name reference has.
+    keys: Vec<Key>,
+    /// The indices of the mapping's functions, by key (then index): the
+    /// functions of a key are a run of them (see [`functions_with`]). Flat
+    /// vectors, not maps of vectors, for these indices of every function
+    /// of the program: they stay from dump to dump.
+    by_key: Vec<u32>,
+    /// The mapping functions of each file (`file_functions[file_starts[file]
+    /// ..file_starts[file + 1]]`), ascending: a dump recomputes the files
+    /// whose functions ran without looking at every function of the program.
+    file_functions: Vec<u32>,
+    file_starts: Vec<u32>,
     /// Per file (indexed by `FileName`): its record in parts, with its text,
     /// `None` when it is not in the report.
     files: Vec<Option<lcov::LiveFile>>,
@@ -174,9 +186,10 @@ struct Incremental {
 }
 
 /// A module's records, where their counters are in a snapshot, and which
-/// of them matter for the report.
+/// of them matter for the report. Only their keys: once merged, a record's
+/// counters are in `counters`, and a dump decodes again those that changed.
 struct ModuleRecords {
-    records: Vec<FunctionCounters>,
+    keys: Vec<Key>,
     spans: Vec<std::ops::Range<usize>>,
     /// Records of functions with a reported file (the agent's own code,
     /// which runs at every dump, has none).
@@ -201,11 +214,25 @@ impl CounterSource for MergedCounts<'_> {
             return Lookup::Found { counters, bitmap: &[] };
         }
         let cs = |h: u64| (h >> profile::CS_FLAG_IN_HASH) & 1;
-        match self.0.hashes.get(&name_ref) {
-            Some(hashes) if hashes.iter().any(|&h| cs(h) == cs(hash)) => Lookup::HashMismatch,
-            _ => Lookup::Unknown,
+        let keys = &self.0.keys;
+        let from = keys.partition_point(|k| k.0 < name_ref);
+        match keys[from..].iter().take_while(|k| k.0 == name_ref).any(|k| cs(k.1) == cs(hash)) {
+            true => Lookup::HashMismatch,
+            false => Lookup::Unknown,
         }
     }
+}
+
+/// The mapping functions with `key`, from an index sorted by key (see
+/// `Incremental::by_key`).
+fn functions_with<'a>(by_key: &'a [u32], mapping: &CoverageMapping, key: Key) -> &'a [u32] {
+    let key_of = |i: &u32| {
+        let f = &mapping.functions[*i as usize];
+        (f.name_ref, f.hash)
+    };
+    let from = by_key.partition_point(|i| key_of(i) < key);
+    let to = from + by_key[from..].partition_point(|i| key_of(i) == key);
+    &by_key[from..to]
 }
 
 /// What a report includes.
@@ -326,18 +353,25 @@ impl Engine {
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
-        if self.last.functions.is_empty() {
+        if self.last.by_key.is_empty() {
             drop_unreported(&mut self.mapping, options.ignore);
-            self.last.functions_of_file = vec![Vec::new(); self.mapping.files.len()];
-            for (i, f) in self.mapping.functions.iter().enumerate() {
-                self.last.functions.entry((f.name_ref, f.hash)).or_default().push(i);
-                for &file in &f.filenames {
-                    let of_file = &mut self.last.functions_of_file[file as usize];
-                    if of_file.last() != Some(&i) {
-                        of_file.push(i);
-                    }
-                }
+            let functions = &self.mapping.functions;
+            let mut by_key: Vec<u32> = (0..functions.len() as u32).collect();
+            by_key.sort_unstable_by_key(|&i| (functions[i as usize].name_ref, functions[i as usize].hash, i));
+            self.last.by_key = by_key;
+            // (file, function) once each, sorted: the functions of each file.
+            let mut pairs: Vec<(FileName, u32)> = Vec::new();
+            for (i, f) in functions.iter().enumerate() {
+                pairs.extend(f.filenames.iter().map(|&file| (file, i as u32)));
             }
+            pairs.sort_unstable();
+            pairs.dedup();
+            let mut starts = Vec::with_capacity(self.mapping.files.len() + 1);
+            for file in 0..=self.mapping.files.len() as FileName {
+                starts.push(pairs.partition_point(|&(f, _)| f < file) as u32);
+            }
+            self.last.file_functions = pairs.into_iter().map(|(_, i)| i).collect();
+            self.last.file_starts = starts;
         }
         let incremental = !reset
             && self.last.exact
@@ -348,7 +382,7 @@ impl Engine {
             if changed.keys.is_empty() && self.last.written_with == written_with {
                 return Ok(self.last.report.clone());
             }
-            return self.report_or_forget(options, Some(changed));
+            return self.report_or_forget(options, Merge::Changed(changed));
         }
 
         // Everything again: decode every record of a full snapshot.
@@ -357,30 +391,30 @@ impl Engine {
             self.rebase(&snapshots);
         }
         let mut states = Vec::with_capacity(self.modules.len());
+        let mut whole = Vec::with_capacity(self.modules.len());
         let mut relevant_keys: FxHashMap<Key, bool> = FxHashMap::default();
         for (m, snap) in self.modules.iter().zip(snapshots) {
             let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
-            let relevant = records
-                .iter()
-                .map(|r| {
-                    let key = (r.name_ref, r.hash);
-                    *relevant_keys.entry(key).or_insert_with(|| self.is_reported(key, options))
-                })
-                .collect();
-            states.push(ModuleRecords { records, spans, relevant, counters: snap.counters });
+            let keys: Vec<Key> = records.iter().map(|r| (r.name_ref, r.hash)).collect();
+            let relevant =
+                keys.iter().map(|&key| *relevant_keys.entry(key).or_insert_with(|| self.is_reported(key, options))).collect();
+            states.push(ModuleRecords { keys, spans, relevant, counters: snap.counters });
+            whole.push(records);
         }
-        let functions = std::mem::take(&mut self.last.functions);
-        let functions_of_file = std::mem::take(&mut self.last.functions_of_file);
+        let by_key = std::mem::take(&mut self.last.by_key);
+        let file_functions = std::mem::take(&mut self.last.file_functions);
+        let file_starts = std::mem::take(&mut self.last.file_starts);
         self.last.forget();
-        self.last.functions = functions;
-        self.last.functions_of_file = functions_of_file;
+        self.last.by_key = by_key;
+        self.last.file_functions = file_functions;
+        self.last.file_starts = file_starts;
         self.last.modules = states;
-        self.report_or_forget(options, None)
+        self.report_or_forget(options, Merge::Whole(whole))
     }
 
     /// A report that failed half way leaves the incremental state behind
     /// the counters: the next one is computed whole.
-    fn report_or_forget(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<Chunks> {
+    fn report_or_forget(&mut self, options: &ReportOptions<'_>, changed: Merge) -> Result<Chunks> {
         let report = self.report(options, changed);
         if report.is_err() {
             self.last.forget();
@@ -391,11 +425,10 @@ impl Engine {
     /// Whether the function with `key` has a file in reports (the agent's
     /// own code, and what `ignore` matches, has none).
     fn is_reported(&self, key: Key, options: &ReportOptions<'_>) -> bool {
-        self.last.functions.get(&key).is_some_and(|functions| {
-            functions.iter().flat_map(|&i| &self.mapping.functions[i].filenames).any(|&file| {
-                let name = self.mapping.file_name(file);
-                !options.ignore.iter().any(|re| re.is_match(name))
-            })
+        let functions = functions_with(&self.last.by_key, &self.mapping, key);
+        functions.iter().flat_map(|&i| &self.mapping.functions[i as usize].filenames).any(|&file| {
+            let name = self.mapping.file_name(file);
+            !options.ignore.iter().any(|re| re.is_match(name))
         })
     }
 
@@ -425,40 +458,41 @@ impl Engine {
                 }
                 if *last != *bytes {
                     last.copy_from_slice(&bytes);
-                    let record = &mut state.records[j];
-                    record.counters = profile::decode_counters(&m.layout, &bytes, j)?;
-                    changed.keys.insert((record.name_ref, record.hash));
-                    changed.records[i].push(j);
+                    let (name_ref, hash) = state.keys[j];
+                    let counters = profile::decode_counters(&m.layout, &bytes, j)?;
+                    changed.keys.insert((name_ref, hash));
+                    // The bitmap is left out: LCOV reports do not read it
+                    // (see `MergedCounts`), and it changes no merged count.
+                    changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
                 }
             }
         }
         Ok(changed)
     }
 
-    /// Merges the records of `changed` functions (all, when `None`) as
-    /// llvm-profdata would, and recomputes what of the report they reach.
-    fn report(&mut self, options: &ReportOptions<'_>, changed: Option<Changed>) -> Result<Chunks> {
+    /// Merges the records of `merge` as llvm-profdata would, and recomputes
+    /// what of the report they reach.
+    fn report(&mut self, options: &ReportOptions<'_>, merge: Merge) -> Result<Chunks> {
         let last = &mut self.last;
         last.written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         let mut counters = std::mem::take(&mut self.counters);
         counters.clear();
-        for (i, (m, state)) in self.modules.iter().zip(&last.modules).enumerate() {
-            let selected = match &changed {
-                None => state.records.clone(),
-                Some(changed) => changed.records[i].iter().map(|&j| state.records[j].clone()).collect(),
-            };
-            counters.add(raw_profile(m, selected))?;
+        let (selected, changed) = match merge {
+            Merge::Whole(records) => (records, None),
+            Merge::Changed(mut changed) => (std::mem::take(&mut changed.records), Some(changed)),
+        };
+        for (m, records) in self.modules.iter().zip(selected) {
+            counters.add(raw_profile(m, records))?;
         }
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
                 last.exact = counters.warnings().is_empty();
-                for r in last.modules.iter().flat_map(|state| &state.records) {
-                    let hashes = last.hashes.entry(r.name_ref).or_default();
-                    if !hashes.contains(&r.hash) {
-                        hashes.push(r.hash);
-                    }
-                    if let Lookup::Found { counters: c, .. } = counters.lookup(r.name_ref, r.hash) {
-                        last.merged.insert((r.name_ref, r.hash), c.to_vec());
+                last.keys = last.modules.iter().flat_map(|state| state.keys.iter().copied()).collect();
+                last.keys.sort_unstable();
+                last.keys.dedup();
+                for &(name_ref, hash) in &last.keys {
+                    if let Lookup::Found { counters: c, .. } = counters.lookup(name_ref, hash) {
+                        last.merged.insert((name_ref, hash), c.to_vec());
                     }
                 }
                 (Vec::new(), self.files.clone())
@@ -470,13 +504,16 @@ impl Engine {
                         Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
                         _ => last.merged.remove(key),
                     };
-                    functions.extend(last.functions.get(key).into_iter().flatten());
+                    functions.extend(functions_with(&last.by_key, &self.mapping, *key).iter().map(|&i| i as usize));
                 }
                 functions.sort_unstable();
                 functions.dedup();
                 (functions, Vec::new())
             }
         };
+        // What the merge holds is in `merged` now: only its name index is
+        // kept for the next one.
+        counters.clear();
         self.counters = counters;
         let covfun = self.objects.iter().filter_map(|(_, range)| range.as_ref().map(|r| r.len())).sum();
         self.decoded.start(self.mapping.functions.len(), covfun, &changed_functions);
@@ -558,7 +595,12 @@ impl Engine {
     fn compute_whole(&mut self, files: &[FileName], options: &ReportOptions<'_>) -> Result<()> {
         // A file's record needs the functions that touch it, and no other
         // (see `Coverage::of_functions`).
-        let files = files.iter().map(|&file| (file, self.last.functions_of_file[file as usize].clone())).collect();
+        let last = &self.last;
+        let of_file = |file: FileName| {
+            let at = |f: usize| last.file_starts.get(f).map_or(0, |&s| s as usize);
+            last.file_functions[at(file as usize)..at(file as usize + 1)].iter().map(|&i| i as usize).collect()
+        };
+        let files = files.iter().map(|&file| (file, of_file(file))).collect();
         for (batch, functions, done) in batches(files) {
             self.restore(&functions)?;
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
