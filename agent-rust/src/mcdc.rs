@@ -346,6 +346,94 @@ fn evaluate<'m>(d: &Pending<'m>, bitmap: &[u8]) -> Option<McdcRecord<'m>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mapping::{McdcParameters, Stored};
+
+    fn region(kind: RegionKind, line: u32, col: (u32, u32)) -> Region {
+        let counter = if kind == RegionKind::McdcDecision { Counter::Zero } else { Counter::Counter(0) };
+        Region {
+            kind,
+            count: counter,
+            false_count: counter,
+            file_id: 0,
+            expanded_file_id: 0,
+            line_start: line,
+            column_start: col.0,
+            line_end: line,
+            column_end: col.1,
+        }
+    }
+
+    /// `a && b` at 1:5-1:11 (a at 1:5, b at 1:10), with the decision's and
+    /// the conditions' parameters given.
+    fn and2(decision: McdcKind, a: McdcKind, b: McdcKind) -> FunctionMapping {
+        FunctionMapping {
+            name: "f".into(),
+            name_ref: 0,
+            hash: 0,
+            filenames: vec![0],
+            expressions: Vec::new(),
+            regions: vec![
+                region(RegionKind::Code, 1, (1, 20)),
+                region(RegionKind::McdcDecision, 1, (5, 11)),
+                region(RegionKind::McdcBranch, 1, (5, 6)),
+                region(RegionKind::McdcBranch, 1, (10, 11)),
+            ],
+            mcdc: vec![
+                McdcParameters { region: 1, kind: decision },
+                McdcParameters { region: 2, kind: a },
+                McdcParameters { region: 3, kind: b },
+            ],
+            stored: Stored::default(),
+        }
+    }
+
+    const DECISION: McdcKind = McdcKind::Decision { bitmap_index: 3, num_conditions: 2 };
+    const A: McdcKind = McdcKind::Branch { id: 0, next: [-1, 1] };
+    const B: McdcKind = McdcKind::Branch { id: 1, next: [-1, -1] };
+
+    #[test]
+    fn a_decision_of_two_conditions() {
+        // Vectors: a false (bit 0), a true b false (1), both true (2).
+        let f = and2(DECISION, A, B);
+        let found = records(&f, &[0b101]);
+        assert_eq!(found.len(), 1);
+        let r = &found[0];
+        assert_eq!(r.covered, vec![true, false]);
+        assert_eq!(r.decisions(), (1, 1));
+        assert_eq!(r.vectors[0], TestVector { conditions: vec![Some(false), None], result: false });
+        assert_eq!(r.vectors[1], TestVector { conditions: vec![Some(true), Some(true)], result: true });
+        assert_eq!(r.pairs(), (2, 1));
+        // Not in the profile: a record without vectors.
+        let unknown = records(&f, &[]);
+        assert!(unknown.len() == 1 && unknown[0].vectors.is_empty());
+    }
+
+    #[test]
+    fn malformed_parameters_drop_the_record_without_a_panic() {
+        let bitmap: &[u8] = &[0xff];
+        let cases = [
+            ("a condition id beyond the decision's", and2(DECISION, A, McdcKind::Branch { id: 2, next: [-1, -1] })),
+            ("a condition id twice", and2(DECISION, A, A)),
+            ("a negative condition id", and2(DECISION, A, McdcKind::Branch { id: -1, next: [-1, -1] })),
+            ("a next id beyond the conditions", and2(DECISION, McdcKind::Branch { id: 0, next: [-1, 7] }, B)),
+            ("a next id to the first condition", and2(DECISION, A, McdcKind::Branch { id: 1, next: [0, -1] })),
+            ("a cycle", and2(DECISION, A, McdcKind::Branch { id: 1, next: [1, -1] })),
+            ("a bitmap index beyond the bitmap", and2(McdcKind::Decision { bitmap_index: 9, num_conditions: 2 }, A, B)),
+            ("a bitmap index below the vectors", and2(McdcKind::Decision { bitmap_index: 2, num_conditions: 2 }, A, B)),
+            ("more conditions than given", and2(McdcKind::Decision { bitmap_index: 3, num_conditions: 3 }, A, B)),
+            ("no condition", and2(McdcKind::Decision { bitmap_index: 3, num_conditions: 0 }, A, B)),
+        ];
+        for (what, f) in &cases {
+            assert!(records(f, bitmap).is_empty(), "{what}");
+        }
+        // Parameters that do not match their region's kind are ignored.
+        let mut f = and2(DECISION, A, B);
+        f.mcdc[0].kind = A;
+        assert!(records(&f, bitmap).is_empty());
+        f.mcdc.truncate(1);
+        f.mcdc[0].region = 99;
+        assert!(records(&f, bitmap).is_empty());
+    }
 
     #[test]
     fn indices_of_a_chain_of_ands() {
