@@ -24,11 +24,16 @@
 //! updated by the difference of the functions that ran. A service's timers
 //! run a few functions of its largest files: the record of such a file is
 //! mostly what it was.
+//!
+//! A record stays from dump to dump, for every file of the program: its
+//! parts are small (indices as `u32`, in flat vectors with ranges, not a
+//! vector or a map each), and the functions' names are kept once, in the
+//! `FN` lines, where the `FNDA` lines take them from.
 
 use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{defined_names, function_summary, placed_branches, push_line, write_fn_lines, write_fnda_lines};
+use super::{defined_names, function_summary, placed_branches, push_int, push_line, write_fn_lines};
 use super::{write_lines, write_placed_branches};
 use super::{write_summed_branches, PlacedBranch, SummedBranch, Summary};
 use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span};
@@ -45,38 +50,43 @@ pub struct LiveFile {
     /// `SF:` (its path rewritten) and the `FN:` lines: which functions a
     /// file has does not change while the modules do not.
     head: String,
-    /// The display names of the functions defined in the file, in `FN`
-    /// order (`names[ends[i-1]..ends[i]]`), and their counts.
-    names: String,
-    ends: Vec<usize>,
+    /// Where the display names of the functions defined in the file are in
+    /// `head` (in `FN` order), and their counts.
+    names: Vec<(u32, u32)>,
     executions: Vec<u64>,
     /// By line.
     stretches: Vec<Stretch>,
+    /// The functions of each stretch (see [`Stretch::functions`]).
+    stretch_functions: Vec<u32>,
     groups: Vec<Group>,
-    /// Of each function: its slot in `defined`, its group, its stretches.
-    defined_at: FxHashMap<usize, usize>,
-    group_of: FxHashMap<usize, usize>,
-    /// (function, stretch), sorted.
-    stretches_of: Vec<(usize, usize)>,
+    /// The functions of each group (see [`Group::members`]).
+    members: Vec<Member>,
+    /// Of each function: its slot in `names`, its group, its stretches;
+    /// (function, slot or group or stretch), sorted.
+    defined_at: Vec<(u32, u32)>,
+    group_of: Vec<(u32, u32)>,
+    stretches_of: Vec<(u32, u32)>,
 }
-
 
 #[derive(Debug, Default)]
 struct Stretch {
     /// Its first and last line.
     lines: (u32, u32),
-    /// The functions with regions in it, in load order.
-    functions: Vec<usize>,
+    /// The functions with regions in it, in load order (which is mapping
+    /// order): `stretch_functions[functions.0..functions.1]`.
+    functions: (u32, u32),
     /// For a stretch of several functions, their parts and those combined:
     /// a dump updates them by the difference of the functions that ran
     /// (from the first dump after the first that reaches it).
     kept: Option<Box<Kept>>,
     /// Where its `DA` and `BRDA` lines are in the record's text.
-    da: std::ops::Range<usize>,
-    brda: std::ops::Range<usize>,
-    /// Its lines computed again, not yet in the text.
-    fresh: Option<(String, String)>,
+    da: (u32, u32),
+    brda: (u32, u32),
 }
+
+/// A stretch's lines computed again, not yet in the text: its index, its
+/// `DA` and its `BRDA` lines.
+type Fresh = (usize, String, String);
 
 /// A function's regions and branches in one stretch, with their counts.
 #[derive(Debug, Default)]
@@ -95,11 +105,40 @@ struct Kept {
 
 #[derive(Debug)]
 struct Group {
-    /// In load order, each with its own summary and count.
-    functions: Vec<(usize, Summary, u64)>,
+    /// Its functions, in load order: `members[members.0..members.1]`.
+    members: (u32, u32),
     /// Its functions' summaries merged, and the sum of their counts.
     summary: Summary,
     executions: u64,
+}
+
+/// A function of a group, with its own summary and count.
+type Member = (u32, Summary, u64);
+
+/// A range of `u32` indices as one of `usize`.
+fn range((from, to): (u32, u32)) -> std::ops::Range<usize> {
+    from as usize..to as usize
+}
+
+/// What `index` (sorted pairs) has for `i`.
+fn find(index: &[(u32, u32)], i: usize) -> Option<usize> {
+    let k = index.binary_search_by_key(&i, |&(f, _)| f as usize).ok()?;
+    Some(index[k].1 as usize)
+}
+
+/// Pairs sorted into an index for [`find`]; of two for one function, the
+/// later (as a map filled in that order keeps it).
+fn index(mut pairs: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
+    pairs.sort_by_key(|&(f, _)| f);
+    pairs.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            *earlier = *later;
+        }
+        same
+    });
+    pairs.shrink_to_fit();
+    pairs
 }
 
 impl LiveFile {
@@ -108,9 +147,23 @@ impl LiveFile {
     pub fn new(coverage: &Coverage<'_>, file: FileName, sf: String, no_demangle: bool) -> LiveFile {
         let mut head = sf;
         let (names, ends) = defined_names(coverage, file, no_demangle);
+        let mut at = head.len();
         write_fn_lines(&mut head, coverage, file, &names, &ends);
+        // Each `FN` line is `FN:<line>,<name>`: its name follows the first
+        // comma (a line number has none).
+        let mut start = 0;
+        let names = ends
+            .iter()
+            .map(|&end| {
+                let from = head[at..].find(',').map_or(at, |comma| at + comma + 1);
+                let to = from + (end - start);
+                debug_assert_eq!(head.get(from..to), names.get(start..end));
+                (start, at) = (end, to + 1);
+                (from as u32, to as u32)
+            })
+            .collect();
         let executions = coverage.functions_in(file).map(|f| f.execution_count).collect();
-        let defined_at = coverage.functions_in(file).enumerate().map(|(slot, f)| (f.mapping_index, slot)).collect();
+        let defined_at = index(coverage.functions_in(file).enumerate().map(|(slot, f)| (f.mapping_index as u32, slot as u32)).collect());
 
         // Stretches: the line spans of the regions in the file, merged where
         // they overlap. The regions of one file id (a function's body, one
@@ -148,47 +201,48 @@ impl LiveFile {
             text: Bytes::new(),
             head,
             names,
-            ends,
             executions,
             stretches: Vec::with_capacity(stretches.len()),
+            stretch_functions: Vec::new(),
             groups: Vec::new(),
+            members: Vec::new(),
             defined_at,
-            group_of: FxHashMap::default(),
+            group_of: Vec::new(),
             stretches_of: Vec::new(),
         };
         let mut data = CoverageData::default();
+        let mut fresh = Vec::with_capacity(stretches.len());
         let n = stretches.len();
         for (k, (lo, hi, mut functions)) in stretches.into_iter().enumerate() {
             functions.sort_unstable();
             functions.dedup();
             let all: Vec<(usize, usize)> = functions.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
-            let mut stretch = Stretch {
-                lines: (lo, hi),
-                functions: functions.iter().map(|&at| coverage.functions[at].mapping_index).collect(),
-                ..Stretch::default()
-            };
-            stretch.compute(coverage, file, &all, k + 1 < n, false, &mut data);
-            for &i in &stretch.functions {
-                live.stretches_of.push((i, k));
-            }
+            let from = live.stretch_functions.len() as u32;
+            live.stretch_functions.extend(all.iter().map(|&(i, _)| i as u32));
+            let mut stretch =
+                Stretch { lines: (lo, hi), functions: (from, live.stretch_functions.len() as u32), ..Stretch::default() };
+            let (da, brda) =
+                stretch.compute(coverage, file, &live.stretch_functions[range(stretch.functions)], &all, k + 1 < n, false, &mut data);
+            fresh.push((k, da, brda));
+            live.stretches_of.extend(all.iter().map(|&(i, _)| (i as u32, k as u32)));
             live.stretches.push(stretch);
         }
+        let mut group_of = Vec::new();
         for (g, members) in coverage.instantiation_groups(file).into_iter().enumerate() {
-            let mut group = Group {
-                functions: members.iter().map(|&at| (coverage.functions[at].mapping_index, Summary::default(), 0)).collect(),
-                summary: Summary::default(),
-                executions: 0,
-            };
+            let from = live.members.len() as u32;
+            live.members.extend(members.iter().map(|&at| (coverage.functions[at].mapping_index as u32, Summary::default(), 0)));
+            let mut group = Group { members: (from, live.members.len() as u32), summary: Summary::default(), executions: 0 };
             let mut all: Vec<(usize, usize)> = members.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
             all.sort_unstable();
-            group.compute(coverage, &all, &mut data);
-            for (i, ..) in &group.functions {
-                live.group_of.insert(*i, g);
-            }
+            group.compute(coverage, &mut live.members[range(group.members)], &all, &mut data);
+            group_of.extend(all.iter().map(|&(i, _)| (i as u32, g as u32)));
             live.groups.push(group);
         }
+        live.group_of = index(group_of);
         live.stretches_of.sort_unstable();
-        live.render();
+        live.stretch_functions.shrink_to_fit();
+        live.stretches_of.shrink_to_fit();
+        live.render(fresh);
         live
     }
 
@@ -197,13 +251,18 @@ impl LiveFile {
         &self.text
     }
 
+    /// The functions of stretch `k`.
+    fn functions_of(&self, k: usize) -> &[u32] {
+        &self.stretch_functions[range(self.stretches[k].functions)]
+    }
+
     /// Adds to `out` the functions a dump must load, besides the `changed`
     /// ones, to update this record after they ran: all those of their
     /// stretches of several functions that keep no parts yet.
     pub fn needs(&self, changed: &[usize], out: &mut Vec<usize>) {
         for k in self.reached(changed).0 {
             if self.stretches[k].kept.is_none() {
-                out.extend(&self.stretches[k].functions);
+                out.extend(self.functions_of(k).iter().map(|&i| i as usize));
             }
         }
     }
@@ -220,40 +279,46 @@ impl LiveFile {
         loaded.sort_unstable();
         loaded.dedup();
         for &(i, at) in &loaded {
-            if let Some(&slot) = self.defined_at.get(&i) {
+            if let Some(slot) = find(&self.defined_at, i) {
                 self.executions[slot] = coverage.functions[at].execution_count;
             }
         }
         let mut data = CoverageData::default();
+        let mut fresh = Vec::with_capacity(stretches.len());
         let n = self.stretches.len();
         for k in stretches {
-            self.stretches[k].compute(coverage, self.file, &loaded, k + 1 < n, true, &mut data);
+            let functions = &self.stretch_functions[range(self.stretches[k].functions)];
+            let (da, brda) = self.stretches[k].compute(coverage, self.file, functions, &loaded, k + 1 < n, true, &mut data);
+            fresh.push((k, da, brda));
         }
         for g in groups {
-            self.groups[g].compute(coverage, &loaded, &mut data);
+            let group = &mut self.groups[g];
+            group.compute(coverage, &mut self.members[range(group.members)], &loaded, &mut data);
         }
-        self.render();
+        fresh.sort_unstable_by_key(|f| f.0);
+        self.render(fresh);
     }
 
     /// The stretches and groups of `changed`.
     fn reached(&self, changed: &[usize]) -> (Vec<usize>, Vec<usize>) {
         let mut stretches = FxHashSet::default();
         let mut groups = FxHashSet::default();
-        for i in changed {
-            let from = self.stretches_of.partition_point(|&(f, _)| f < *i);
-            stretches.extend(self.stretches_of[from..].iter().take_while(|&&(f, _)| f == *i).map(|&(_, k)| k));
-            groups.extend(self.group_of.get(i).copied());
+        for &i in changed {
+            let from = self.stretches_of.partition_point(|&(f, _)| (f as usize) < i);
+            let of_i = self.stretches_of[from..].iter().take_while(|&&(f, _)| f as usize == i);
+            stretches.extend(of_i.map(|&(_, k)| k as usize));
+            groups.extend(find(&self.group_of, i));
         }
         (stretches.into_iter().collect(), groups.into_iter().collect())
     }
 
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
-    /// again: the counts, totals and fresh stretches new, the other
-    /// stretches' lines copied from the last text.
-    fn render(&mut self) {
+    /// again: the counts, totals and `fresh` stretches (by index) new, the
+    /// other stretches' lines copied from the last text.
+    fn render(&mut self, fresh: Vec<Fresh>) {
         let last = &self.text;
-        let copy = |out: &mut String, range: &std::ops::Range<usize>| {
-            let bytes = last.get(range.clone()).unwrap_or_default();
+        let copy = |out: &mut String, at: (u32, u32)| {
+            let bytes = last.get(range(at)).unwrap_or_default();
             // Safety: `last` is only ever set below, from a `String`, and a
             // stretch's range holds whole `DA`/`BRDA` lines of it (ASCII).
             // Checking it again would cost as much as copying it.
@@ -261,28 +326,37 @@ impl LiveFile {
         };
         let mut out = String::with_capacity(last.len().max(self.head.len() * 2));
         out.push_str(&self.head);
-        write_fnda_lines(&mut out, self.executions.iter().copied(), &self.names, &self.ends);
+        // As `super::write_fnda_lines`, from the names in `head`.
+        for (&count, &name) in self.executions.iter().zip(&self.names) {
+            out.push_str("FNDA:");
+            push_int(&mut out, count);
+            out.push(',');
+            out.push_str(self.head.get(range(name)).unwrap_or_default());
+            out.push('\n');
+        }
         let mut total = Summary::default();
         for g in &self.groups {
             total.add(g.summary);
         }
         push_line(&mut out, "FNF:", self.groups.len());
         push_line(&mut out, "FNH:", self.groups.iter().filter(|g| g.executions > 0).count());
-        for s in &mut self.stretches {
-            let at = out.len();
-            match &s.fresh {
-                Some((da, _)) => out.push_str(da),
-                None => copy(&mut out, &s.da),
+        let mut next = fresh.iter().peekable();
+        for (k, s) in self.stretches.iter_mut().enumerate() {
+            let at = out.len() as u32;
+            match next.next_if(|f| f.0 == k) {
+                Some((_, da, _)) => out.push_str(da),
+                None => copy(&mut out, s.da),
             }
-            s.da = at..out.len();
+            s.da = (at, out.len() as u32);
         }
-        for s in &mut self.stretches {
-            let at = out.len();
-            match s.fresh.take() {
-                Some((_, brda)) => out.push_str(&brda),
-                None => copy(&mut out, &s.brda),
+        let mut next = fresh.iter().peekable();
+        for (k, s) in self.stretches.iter_mut().enumerate() {
+            let at = out.len() as u32;
+            match next.next_if(|f| f.0 == k) {
+                Some((_, _, brda)) => out.push_str(brda),
+                None => copy(&mut out, s.brda),
             }
-            s.brda = at..out.len();
+            s.brda = (at, out.len() as u32);
         }
         push_line(&mut out, "BRF:", total.branches);
         push_line(&mut out, "BRH:", total.branches_hit);
@@ -294,31 +368,34 @@ impl LiveFile {
 }
 
 impl Stretch {
-    /// Its lines and branches, with the parts of the `loaded` functions
+    /// Its `DA` and `BRDA` lines, with the parts of the `loaded` functions
     /// ((mapping index, place in `coverage`), by mapping index) computed
-    /// again and the others as they were; `followed`: stretches come after
-    /// it; `keep`: a stretch of several functions is to keep their parts.
+    /// again and the others as they were; `functions`: its own (see
+    /// [`Stretch::functions`]); `followed`: stretches come after it; `keep`:
+    /// a stretch of several functions is to keep their parts.
+    #[allow(clippy::too_many_arguments)]
     fn compute<'m>(
         &mut self,
         coverage: &Coverage<'m>,
         file: FileName,
+        functions: &[u32],
         loaded: &[(usize, usize)],
         followed: bool,
         keep: bool,
         data: &mut CoverageData<'m>,
-    ) {
+    ) -> (String, String) {
         // Kept from the first dump after the first: the first one computes
         // every stretch once and should cost no more than that.
-        if keep && self.kept.is_none() && self.functions.len() > 1 {
+        if keep && self.kept.is_none() && functions.len() > 1 {
             // Every function of the stretch is in `loaded` this time.
-            self.kept = Some(Box::new(Kept { parts: self.functions.iter().map(|_| Part::default()).collect(), ..Kept::default() }));
+            self.kept = Some(Box::new(Kept { parts: functions.iter().map(|_| Part::default()).collect(), ..Kept::default() }));
         }
         let mut brda = String::new();
         match &mut self.kept {
             Some(kept) => {
                 for &(i, at) in loaded {
                     // `functions` is in load order, which is mapping order.
-                    let Ok(k) = self.functions.binary_search(&i) else { continue };
+                    let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
                     let old = &mut kept.parts[k];
                     kept.regions.remove(&old.spans);
                     kept.branches.remove(&old.branches);
@@ -336,7 +413,7 @@ impl Stretch {
                 // Every function of the stretch is in `loaded`.
                 let (mut spans, mut branches) = (Vec::new(), Vec::new());
                 for &(i, at) in loaded {
-                    if self.functions.binary_search(&i).is_ok() {
+                    if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
                         coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
                         placed_branches(coverage, data, &mut branches);
                     }
@@ -347,19 +424,25 @@ impl Stretch {
         }
         let mut da = String::new();
         write_lines(&mut da, &data.segments);
-        self.fresh = Some((da, brda));
+        (da, brda)
     }
 }
 
 impl Group {
     /// Its summary, as [`super::file_summary`] computes a group's, with the
-    /// `loaded` functions (as for [`Stretch::compute`]) computed again and
-    /// the others as they were.
-    fn compute<'m>(&mut self, coverage: &Coverage<'m>, loaded: &[(usize, usize)], data: &mut CoverageData<'m>) {
+    /// `loaded` functions (as for [`Stretch::compute`]) of its `members`
+    /// computed again and the others as they were.
+    fn compute<'m>(
+        &mut self,
+        coverage: &Coverage<'m>,
+        members: &mut [Member],
+        loaded: &[(usize, usize)],
+        data: &mut CoverageData<'m>,
+    ) {
         let mut group: Option<Summary> = None;
         self.executions = 0;
-        for (i, summary, executions) in &mut self.functions {
-            if let Ok(k) = loaded.binary_search_by_key(i, |l| l.0) {
+        for (i, summary, executions) in members {
+            if let Ok(k) = loaded.binary_search_by_key(&(*i as usize), |l| l.0) {
                 let at = loaded[k].1;
                 *summary = function_summary(coverage, at, data);
                 *executions = coverage.functions[at].execution_count;
