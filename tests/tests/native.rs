@@ -533,6 +533,50 @@ fn preloaded_into_an_unmodified_program_clang14() {
     preloaded_exiting(Toolchain::Clang14);
 }
 
+/// An MC/DC build (clang-19 `-fcoverage-mcdc`) under LD_PRELOAD:
+/// `?format=llvm-json` is llvm-cov 22's JSON export of the
+/// `?format=profraw` of the same moment, byte for byte, MC/DC records (read
+/// from the program's own bitmaps) included.
+#[test]
+fn preloaded_llvm_json_has_the_mcdc_records_of_llvm_cov() {
+    let out = out_root().join("clang19-mcdc");
+    let compiler = Compiler { cc: clang(Toolchain::Clang19), src: workspace_root().join("fixtures/native"), out };
+    let app = {
+        let _lock = lock_dir(&compiler.out);
+        compiler.compile("app", &[COVERAGE, &["-fcoverage-mcdc"]].concat(), &["app.c", "work.c"], &[], &["-ldl"])
+    };
+    let mut s = Served::start("preload-mcdc", &app);
+    assert_eq!(s.send("fib 12"), "fib 144\n");
+    s.send("primes 30");
+    s.send("sum 4 x 5");
+    let json = String::from_utf8(s.get("/coverage?format=llvm-json")).expect("UTF-8 JSON");
+    let profraw = s.profraw("moment.profraw");
+    let profdata = s.dir.join("moment.profdata");
+    run_checked(
+        Command::new(profdata_tool(Toolchain::Clang19)).arg("merge").arg(&profraw).arg("-o").arg(&profdata),
+        "llvm-profdata merge",
+    );
+    let mut export = Command::new(llvm_tool("llvm-cov"));
+    export
+        .args(["export", "-format=text"])
+        .arg(&app)
+        .arg("-instr-profile")
+        .arg(&profdata)
+        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE));
+    let expected = String::from_utf8(run_checked(&mut export, "llvm-cov export").stdout).expect("UTF-8 JSON");
+    assert!(json == expected, "the agent's llvm-json differs from llvm-cov's export of the same moment");
+    // Decisions with test vectors that ran, and independence pairs shown.
+    let v: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let records: Vec<&serde_json::Value> = v["data"][0]["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .flat_map(|f| f["mcdc_records"].as_array().expect("mcdc_records"))
+        .collect();
+    assert!(records.iter().any(|r| r[10].as_array().is_some_and(|tvs| !tvs.is_empty())), "no test vector ran: {records:?}");
+    assert!(v["data"][0]["totals"]["mcdc"]["count"].as_u64() > Some(0), "{}", v["data"][0]["totals"]["mcdc"]);
+}
+
 #[test]
 fn a_dlopened_plugin_is_reported() {
     let b = built(Toolchain::Clang19);
