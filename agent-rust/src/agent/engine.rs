@@ -370,7 +370,7 @@ impl Engine {
             for file in 0..=self.mapping.files.len() as FileName {
                 starts.push(pairs.partition_point(|&(f, _)| f < file) as u32);
             }
-            self.last.file_functions = pairs.into_iter().map(|(_, i)| i).collect();
+            self.last.file_functions = pairs.iter().map(|&(_, i)| i).collect();
             self.last.file_starts = starts;
         }
         let incremental = !reset
@@ -490,6 +490,7 @@ impl Engine {
                 last.keys = last.modules.iter().flat_map(|state| state.keys.iter().copied()).collect();
                 last.keys.sort_unstable();
                 last.keys.dedup();
+                last.keys.shrink_to_fit();
                 for &(name_ref, hash) in &last.keys {
                     if let Lookup::Found { counters: c, .. } = counters.lookup(name_ref, hash) {
                         last.merged.insert((name_ref, hash), c.to_vec());

@@ -89,10 +89,12 @@ struct Stretch {
 type Fresh = (usize, String, String);
 
 /// A function's regions and branches in one stretch, with their counts.
+/// Boxed slices: a stretch keeps a part for each of its functions, and
+/// most have a few regions (a vector's spare room would be a third of them).
 #[derive(Debug, Default)]
 struct Part {
-    spans: Vec<Span>,
-    branches: Vec<PlacedBranch>,
+    spans: Box<[Span]>,
+    branches: Box<[PlacedBranch]>,
 }
 
 /// The parts of a stretch's functions (as its `functions`), combined.
@@ -239,6 +241,8 @@ impl LiveFile {
             live.groups.push(group);
         }
         live.group_of = index(group_of);
+        live.groups.shrink_to_fit();
+        live.members.shrink_to_fit();
         live.stretches_of.sort_unstable();
         live.stretch_functions.shrink_to_fit();
         live.stretches_of.shrink_to_fit();
@@ -399,12 +403,16 @@ impl Stretch {
                     let old = &mut kept.parts[k];
                     kept.regions.remove(&old.spans);
                     kept.branches.remove(&old.branches);
-                    old.spans.clear();
-                    coverage.part_in_file_into(at, file, self.lines, &mut old.spans, data);
-                    old.branches.clear();
-                    placed_branches(coverage, data, &mut old.branches);
-                    kept.regions.add(&old.spans);
-                    kept.branches.add(&old.branches);
+                    // Refilled in place: a part has as many regions as before.
+                    let mut spans = std::mem::take(&mut old.spans).into_vec();
+                    spans.clear();
+                    coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
+                    let mut branches = std::mem::take(&mut old.branches).into_vec();
+                    branches.clear();
+                    placed_branches(coverage, data, &mut branches);
+                    kept.regions.add(&spans);
+                    kept.branches.add(&branches);
+                    *old = Part { spans: spans.into_boxed_slice(), branches: branches.into_boxed_slice() };
                 }
                 kept.regions.segments(followed, &mut data.segments);
                 kept.branches.write(&mut brda);
