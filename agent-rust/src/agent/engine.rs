@@ -159,11 +159,15 @@ struct Incremental {
     written_with: Option<(Option<String>, bool)>,
     /// Per module, its records as of the last snapshot.
     modules: Vec<ModuleRecords>,
-    /// Merged counts of every function of the modules.
-    merged: FxHashMap<Key, Vec<u64>>,
     /// The keys of the modules' records, sorted, once each: the hashes
     /// each name reference has.
     keys: Vec<Key>,
+    /// The merged counts of each of `keys` (`None`: the merge found none),
+    /// in `counts`: one vector for all, not one each in a map. A key whose
+    /// number of counts changes (a mismatch of records) has them appended
+    /// again; the next whole merge starts a new one.
+    merged: Vec<Option<std::ops::Range<u32>>>,
+    counts: Vec<u64>,
     /// The indices of the mapping's functions, by key (then index): the
     /// functions of a key are a run of them (see [`functions_with`]). Flat
     /// vectors, not maps of vectors, for these indices of every function
@@ -198,27 +202,47 @@ struct ModuleRecords {
     counters: Vec<u8>,
 }
 
-impl Incremental {
-    fn forget(&mut self) {
-        *self = Incremental::default();
-    }
-}
-
 /// Counts for the coverage engine from the incremental state: the same
 /// answers `Counters::lookup` gives when every name resolves.
 struct MergedCounts<'a>(&'a Incremental);
 
 impl CounterSource for MergedCounts<'_> {
     fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
-        if let Some(counters) = self.0.merged.get(&(name_ref, hash)) {
-            return Lookup::Found { counters, bitmap: &[] };
+        let last = self.0;
+        let from = last.keys.partition_point(|k| k.0 < name_ref);
+        let of_name = &last.keys[from..from + last.keys[from..].partition_point(|k| k.0 == name_ref)];
+        if let Some(k) = of_name.iter().position(|k| k.1 == hash) {
+            let counts = last.merged[from + k].as_ref().and_then(|r| last.counts.get(r.start as usize..r.end as usize));
+            if let Some(counters) = counts {
+                return Lookup::Found { counters, bitmap: &[] };
+            }
         }
         let cs = |h: u64| (h >> profile::CS_FLAG_IN_HASH) & 1;
-        let keys = &self.0.keys;
-        let from = keys.partition_point(|k| k.0 < name_ref);
-        match keys[from..].iter().take_while(|k| k.0 == name_ref).any(|k| cs(k.1) == cs(hash)) {
+        match of_name.iter().any(|k| cs(k.1) == cs(hash)) {
             true => Lookup::HashMismatch,
             false => Lookup::Unknown,
+        }
+    }
+}
+
+impl Incremental {
+    fn forget(&mut self) {
+        *self = Incremental::default();
+    }
+
+    /// Sets the merged counts of `keys[k]`.
+    fn set_merged(&mut self, k: usize, counts: Option<&[u64]>) {
+        let Some(counts) = counts else {
+            self.merged[k] = None;
+            return;
+        };
+        match &self.merged[k] {
+            Some(r) if r.len() == counts.len() => self.counts[r.start as usize..r.end as usize].copy_from_slice(counts),
+            _ => {
+                let start = self.counts.len() as u32;
+                self.counts.extend_from_slice(counts);
+                self.merged[k] = Some(start..self.counts.len() as u32);
+            }
         }
     }
 }
@@ -491,20 +515,27 @@ impl Engine {
                 last.keys.sort_unstable();
                 last.keys.dedup();
                 last.keys.shrink_to_fit();
-                for &(name_ref, hash) in &last.keys {
+                last.merged = vec![None; last.keys.len()];
+                last.counts.clear();
+                for k in 0..last.keys.len() {
+                    let (name_ref, hash) = last.keys[k];
                     if let Lookup::Found { counters: c, .. } = counters.lookup(name_ref, hash) {
-                        last.merged.insert((name_ref, hash), c.to_vec());
+                        last.set_merged(k, Some(c));
                     }
                 }
+                last.counts.shrink_to_fit();
                 (Vec::new(), self.files.clone())
             }
             Some(changed) => {
                 let mut functions = Vec::new();
                 for key in &changed.keys {
-                    match counters.lookup(key.0, key.1) {
-                        Lookup::Found { counters: c, .. } => last.merged.insert(*key, c.to_vec()),
-                        _ => last.merged.remove(key),
-                    };
+                    // A changed key is a record's: it is in `keys`.
+                    if let Ok(k) = last.keys.binary_search(key) {
+                        match counters.lookup(key.0, key.1) {
+                            Lookup::Found { counters: c, .. } => last.set_merged(k, Some(c)),
+                            _ => last.set_merged(k, None),
+                        }
+                    }
                     functions.extend(functions_with(&last.by_key, &self.mapping, *key).iter().map(|&i| i as usize));
                 }
                 functions.sort_unstable();
