@@ -36,6 +36,52 @@ wait_for() {
     return 1
 }
 
+# --- livecov convert against LLVM's own pipeline (bench.sh, bench-convert-cli.sh)
+# These use the caller's $livecov, $bin, $profraws (an array), $work and
+# $runs, with $profdata and $llvm_cov from above.
+run_livecov() { # run_livecov OUT [--no-demangle]
+    "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
+}
+run_llvm() { # run_llvm OUT
+    "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata" &&
+        "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
+}
+rss_livecov() { # peak RSS in KiB
+    /usr/bin/time -f %M -o "$work/rss" "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
+    tail -1 "$work/rss"
+}
+rss_llvm() { # the max of the two steps, KiB
+    local a b
+    /usr/bin/time -f %M -o "$work/rss" "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata"
+    a=$(tail -1 "$work/rss")
+    /usr/bin/time -f %M -o "$work/rss" "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
+    b=$(tail -1 "$work/rss")
+    echo $((a > b ? a : b))
+}
+# time_convert OUT TIMES: an untimed warm-up (which pages in the binary, the
+# profiles and the tools), then $runs interleaved runs of livecov, livecov
+# --no-demangle and llvm, into OUTlivecov.lcov, OUTnodemangle.lcov and
+# OUTref.lcov; each run's wall µs into TIMESt_{livecov,nodem,llvm}, then in
+# runs of their own under /usr/bin/time the peak KiB into TIMESm_{...}.
+time_convert() {
+    local out=$1 times=$2 s e t
+    run_livecov "${out}livecov.lcov"
+    run_livecov "${out}nodemangle.lcov" --no-demangle
+    run_llvm "${out}ref.lcov"
+    for t in t_livecov t_nodem t_llvm m_livecov m_nodem m_llvm; do : >"$times$t"; done
+    for _ in $(seq "$runs"); do
+        s=$(now_ns); run_livecov "${out}livecov.lcov"; e=$(now_ns)
+        echo $(((e - s) / 1000)) >>"${times}t_livecov"
+        s=$(now_ns); run_livecov "${out}nodemangle.lcov" --no-demangle; e=$(now_ns)
+        echo $(((e - s) / 1000)) >>"${times}t_nodem"
+        s=$(now_ns); run_llvm "${out}ref.lcov"; e=$(now_ns)
+        echo $(((e - s) / 1000)) >>"${times}t_llvm"
+        rss_livecov "${out}livecov.lcov" >>"${times}m_livecov"
+        rss_livecov "${out}nodemangle.lcov" --no-demangle >>"${times}m_nodem"
+        rss_llvm "${out}ref.lcov" >>"${times}m_llvm"
+    done
+}
+
 # sources_of REV NAME: the sources to build and measure. With a commit REV,
 # its files (from `git archive`, in target/NAME-rev, kept) and a target
 # folder of their own; else the checkout's. Sets src, build_dir and

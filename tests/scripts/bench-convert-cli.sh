@@ -102,50 +102,13 @@ n_many=$(ls "$work/many" | wc -l)
 [ "$n_many" -ge "$many" ] || die "the many-runs case left $n_many .profraw files"
 log "binary $(stat -c %s "$bin") bytes; one: $n_one .profraw; many: $n_many .profraw"
 
-# --- the commands --------------------------------------------------------------
-run_livecov() { # run_livecov OUT [--no-demangle]
-    "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
-}
-run_llvm() { # run_llvm OUT
-    "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata" &&
-        "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
-}
-rss_livecov() { # peak RSS in KiB
-    /usr/bin/time -f %M -o "$work/rss" "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
-    tail -1 "$work/rss"
-}
-rss_llvm() { # the max of the two steps, KiB
-    local a b
-    /usr/bin/time -f %M -o "$work/rss" "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata"
-    a=$(tail -1 "$work/rss")
-    /usr/bin/time -f %M -o "$work/rss" "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
-    b=$(tail -1 "$work/rss")
-    echo $((a > b ? a : b))
-}
-
 rows=()
 bench_case() { # bench_case NAME: times both sides on $work/NAME/*.profraw, adds a row
-    local name=$1 out="$work/out/$1" t s e t_lc t_nd t_ll m_lc m_ll bytes fns files differing same
+    local name=$1 out="$work/out/$1" t_lc t_nd t_ll m_lc m_ll bytes fns files differing same
     profraws=("$work/$name"/*.profraw)
     bytes=$(du -cb "${profraws[@]}" | tail -1 | cut -f1)
-    log "$name: ${#profraws[@]} .profraw files, $bytes bytes; warm-up, then $runs timed runs of each, interleaved"
-    # Warm-up (untimed): page in the binary, the profiles and the tools for both.
-    run_livecov "$out-livecov.lcov"
-    run_livecov "$out-nodemangle.lcov" --no-demangle
-    run_llvm "$out-ref.lcov"
-    for t in t_livecov t_nodem t_llvm m_livecov m_llvm; do : >"$work/$name-$t"; done
-    for _ in $(seq "$runs"); do
-        # Wall time with no wrapper around the tools.
-        s=$(now_ns); run_livecov "$out-livecov.lcov"; e=$(now_ns)
-        echo $(((e - s) / 1000)) >>"$work/$name-t_livecov"
-        s=$(now_ns); run_livecov "$out-nodemangle.lcov" --no-demangle; e=$(now_ns)
-        echo $(((e - s) / 1000)) >>"$work/$name-t_nodem"
-        s=$(now_ns); run_llvm "$out-ref.lcov"; e=$(now_ns)
-        echo $(((e - s) / 1000)) >>"$work/$name-t_llvm"
-        # Peak memory, in runs of their own under /usr/bin/time.
-        rss_livecov "$out-livecov.lcov" >>"$work/$name-m_livecov"
-        rss_llvm "$out-ref.lcov" >>"$work/$name-m_llvm"
-    done
+    log "$name: ${#profraws[@]} .profraw files, $bytes bytes; a warm-up, then $runs timed runs of each, interleaved"
+    time_convert "$out-" "$work/$name-"
     t_lc=$(median <"$work/$name-t_livecov")
     t_nd=$(median <"$work/$name-t_nodem")
     t_ll=$(median <"$work/$name-t_llvm")

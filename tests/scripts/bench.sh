@@ -79,48 +79,8 @@ workload --bogus || true                             # a clap usage error
 profraws=("$work"/profraw/*.profraw)
 echo "bench: ${#profraws[@]} .profraw files, $(du -cb "${profraws[@]}" | tail -1 | cut -f1) bytes; binary $(stat -c %s "$bin") bytes"
 
-# --- the commands --------------------------------------------------------------
-run_livecov() { # run_livecov OUT [--no-demangle]
-    "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
-}
-run_llvm() { # run_llvm OUT
-    "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata" &&
-        "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
-}
-rss_livecov() { # peak RSS in KiB
-    /usr/bin/time -f %M -o "$work/rss" "$livecov" convert --binary "$bin" --profraw "${profraws[@]}" -o "$1" "${@:2}"
-    tail -1 "$work/rss"
-}
-rss_llvm() { # the max of the two steps, KiB
-    local a b
-    /usr/bin/time -f %M -o "$work/rss" "$profdata" merge -sparse "${profraws[@]}" -o "$work/x.profdata"
-    a=$(tail -1 "$work/rss")
-    /usr/bin/time -f %M -o "$work/rss" "$llvm_cov" export -format=lcov "$bin" -instr-profile "$work/x.profdata" >"$1"
-    b=$(tail -1 "$work/rss")
-    echo $((a > b ? a : b))
-}
-
-# Warm-up (untimed): page in the binary, the profiles and the tools for both.
-run_livecov "$work/out/livecov.lcov"
-run_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle
-run_llvm "$work/out/ref.lcov"
-
-echo "bench: $runs timed runs of each, interleaved"
-: >"$work/t_livecov"; : >"$work/t_nodem"; : >"$work/t_llvm"
-: >"$work/m_livecov"; : >"$work/m_nodem"; : >"$work/m_llvm"
-for _ in $(seq "$runs"); do
-    # Wall time with no wrapper around the tools.
-    s=$(now_ns); run_livecov "$work/out/livecov.lcov"; e=$(now_ns)
-    echo $(((e - s) / 1000)) >>"$work/t_livecov"
-    s=$(now_ns); run_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle; e=$(now_ns)
-    echo $(((e - s) / 1000)) >>"$work/t_nodem"
-    s=$(now_ns); run_llvm "$work/out/ref.lcov"; e=$(now_ns)
-    echo $(((e - s) / 1000)) >>"$work/t_llvm"
-    # Peak memory, in runs of their own under /usr/bin/time.
-    rss_livecov "$work/out/livecov.lcov" >>"$work/m_livecov"
-    rss_livecov "$work/out/livecov-nodemangle.lcov" --no-demangle >>"$work/m_nodem"
-    rss_llvm "$work/out/ref.lcov" >>"$work/m_llvm"
-done
+echo "bench: a warm-up, then $runs timed runs of each, interleaved"
+time_convert "$work/out/" "$work/"
 
 t_llvm=$(median <"$work/t_llvm")
 row() { # row LABEL TIMES RSS
@@ -138,11 +98,11 @@ row "livecov convert --no-demangle" "$work/t_nodem" "$work/m_nodem"
 row "llvm-profdata merge + llvm-cov export (LLVM 22)" "$work/t_llvm" "$work/m_llvm"
 echo
 
-differing=$( (diff "$work/out/ref.lcov" "$work/out/livecov-nodemangle.lcov" || true) | grep -c '^[<>]' || true)
-if [ "$differing" -eq 0 ] && cmp -s "$work/out/ref.lcov" "$work/out/livecov-nodemangle.lcov"; then
+differing=$( (diff "$work/out/ref.lcov" "$work/out/nodemangle.lcov" || true) | grep -c '^[<>]' || true)
+if [ "$differing" -eq 0 ] && cmp -s "$work/out/ref.lcov" "$work/out/nodemangle.lcov"; then
     echo "identical: yes"
 else
-    echo "identical: no ($differing differing lines; diff $work/out/ref.lcov $work/out/livecov-nodemangle.lcov)"
+    echo "identical: no ($differing differing lines; diff $work/out/ref.lcov $work/out/nodemangle.lcov)"
 fi
 
 echo
