@@ -27,8 +27,9 @@
 //!
 //! A record stays from dump to dump, for every file of the program: its
 //! parts are small (indices as `u32`, in flat vectors with ranges, not a
-//! vector or a map each), and the functions' names are kept once, in the
-//! `FN` lines, where the `FNDA` lines take them from.
+//! vector or a map each; a group's totals summed when the text is written),
+//! and its `SF` and `FN` lines are kept once, in its text, where the next
+//! text and its `FNDA` lines take them (and the functions' names) from.
 
 use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -47,19 +48,21 @@ pub struct LiveFile {
     /// The record as last computed (without `TN:`), shared with the reports
     /// that carry it. Always made from a `String`: see [`Self::render`].
     text: Bytes,
-    /// `SF:` (its path rewritten) and the `FN:` lines: which functions a
-    /// file has does not change while the modules do not.
-    head: String,
+    /// How long its head is: `SF:` (its path rewritten) and the `FN:`
+    /// lines, which begin the text. Which functions a file has does not
+    /// change while the modules do not.
+    head: usize,
     /// Where the display names of the functions defined in the file are in
-    /// `head` (in `FN` order), and their counts.
+    /// the head (in `FN` order), and their counts.
     names: Vec<(u32, u32)>,
     executions: Vec<u64>,
     /// By line.
     stretches: Vec<Stretch>,
     /// The functions of each stretch (see [`Stretch::functions`]).
     stretch_functions: Vec<u32>,
-    groups: Vec<Group>,
-    /// The functions of each group (see [`Group::members`]).
+    /// The functions of each instantiation group, in load order, each
+    /// with its own summary and count: `members[groups[g].0..groups[g].1]`.
+    groups: Vec<(u32, u32)>,
     members: Vec<Member>,
     /// Of each function: its slot in `names`, its group, its stretches;
     /// (function, slot or group or stretch), sorted.
@@ -105,15 +108,6 @@ struct Kept {
     branches: CombinedBranches,
 }
 
-#[derive(Debug)]
-struct Group {
-    /// Its functions, in load order: `members[members.0..members.1]`.
-    members: (u32, u32),
-    /// Its functions' summaries merged, and the sum of their counts.
-    summary: Summary,
-    executions: u64,
-}
-
 /// A function of a group, with its own summary and count.
 type Member = (u32, Summary, u64);
 
@@ -154,7 +148,7 @@ impl LiveFile {
         // Each `FN` line is `FN:<line>,<name>`: its name follows the first
         // comma (a line number has none).
         let mut start = 0;
-        let names = ends
+        let fn_names = ends
             .iter()
             .map(|&end| {
                 let from = head[at..].find(',').map_or(at, |comma| at + comma + 1);
@@ -200,9 +194,9 @@ impl LiveFile {
         }
         let mut live = LiveFile {
             file,
-            text: Bytes::new(),
-            head,
-            names,
+            head: head.len(),
+            text: Bytes::from(head),
+            names: fn_names,
             executions,
             stretches: Vec::with_capacity(stretches.len()),
             stretch_functions: Vec::new(),
@@ -231,14 +225,13 @@ impl LiveFile {
         }
         let mut group_of = Vec::new();
         for (g, members) in coverage.instantiation_groups(file).into_iter().enumerate() {
-            let from = live.members.len() as u32;
-            live.members.extend(members.iter().map(|&at| (coverage.functions[at].mapping_index as u32, Summary::default(), 0)));
-            let mut group = Group { members: (from, live.members.len() as u32), summary: Summary::default(), executions: 0 };
-            let mut all: Vec<(usize, usize)> = members.iter().map(|&at| (coverage.functions[at].mapping_index, at)).collect();
-            all.sort_unstable();
-            group.compute(coverage, &mut live.members[range(group.members)], &all, &mut data);
-            group_of.extend(all.iter().map(|&(i, _)| (i as u32, g as u32)));
-            live.groups.push(group);
+            let from = live.members.len();
+            live.members.extend(members.iter().map(|&at| {
+                let f = &coverage.functions[at];
+                (f.mapping_index as u32, function_summary(coverage, at, &mut data), f.execution_count)
+            }));
+            live.groups.push((from as u32, live.members.len() as u32));
+            group_of.extend(live.members[from..].iter().map(|&(i, ..)| (i, g as u32)));
         }
         live.group_of = index(group_of);
         live.groups.shrink_to_fit();
@@ -296,8 +289,13 @@ impl LiveFile {
             fresh.push((k, da, brda));
         }
         for g in groups {
-            let group = &mut self.groups[g];
-            group.compute(coverage, &mut self.members[range(group.members)], &loaded, &mut data);
+            for (i, summary, executions) in &mut self.members[range(self.groups[g])] {
+                if let Ok(k) = loaded.binary_search_by_key(&(*i as usize), |l| l.0) {
+                    let at = loaded[k].1;
+                    *summary = function_summary(coverage, at, &mut data);
+                    *executions = coverage.functions[at].execution_count;
+                }
+            }
         }
         fresh.sort_unstable_by_key(|f| f.0);
         self.render(fresh);
@@ -323,27 +321,41 @@ impl LiveFile {
         let last = &self.text;
         let copy = |out: &mut String, at: (u32, u32)| {
             let bytes = last.get(range(at)).unwrap_or_default();
-            // Safety: `last` is only ever set below, from a `String`, and a
-            // stretch's range holds whole `DA`/`BRDA` lines of it (ASCII).
+            // Safety: `last` is only ever set from a `String`, and a range
+            // copied holds its head, a name in it (whole lines and what
+            // follows their first comma), or whole `DA`/`BRDA` lines (ASCII).
             // Checking it again would cost as much as copying it.
             out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
         };
-        let mut out = String::with_capacity(last.len().max(self.head.len() * 2));
-        out.push_str(&self.head);
-        // As `super::write_fnda_lines`, from the names in `head`.
+        let mut out = String::with_capacity(last.len().max(self.head * 2));
+        copy(&mut out, (0, self.head as u32));
+        // As `super::write_fnda_lines`, from the names in the head.
         for (&count, &name) in self.executions.iter().zip(&self.names) {
             out.push_str("FNDA:");
             push_int(&mut out, count);
             out.push(',');
-            out.push_str(self.head.get(range(name)).unwrap_or_default());
+            copy(&mut out, name);
             out.push('\n');
         }
+        // As `super::file_summary` sums a file's groups: each the largest of
+        // its functions' summaries, and the sum of their counts.
         let mut total = Summary::default();
-        for g in &self.groups {
-            total.add(g.summary);
+        let mut hit = 0;
+        for &g in &self.groups {
+            let mut summary: Option<Summary> = None;
+            let mut executions = 0u64;
+            for &(_, s, count) in &self.members[range(g)] {
+                executions = executions.wrapping_add(count);
+                match &mut summary {
+                    None => summary = Some(s),
+                    Some(summary) => summary.merge_max(s),
+                }
+            }
+            total.add(summary.unwrap_or_default());
+            hit += usize::from(executions > 0);
         }
         push_line(&mut out, "FNF:", self.groups.len());
-        push_line(&mut out, "FNH:", self.groups.iter().filter(|g| g.executions > 0).count());
+        push_line(&mut out, "FNH:", hit);
         let mut next = fresh.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
             let at = out.len() as u32;
@@ -433,35 +445,6 @@ impl Stretch {
         let mut da = String::new();
         write_lines(&mut da, &data.segments);
         (da, brda)
-    }
-}
-
-impl Group {
-    /// Its summary, as [`super::file_summary`] computes a group's, with the
-    /// `loaded` functions (as for [`Stretch::compute`]) of its `members`
-    /// computed again and the others as they were.
-    fn compute<'m>(
-        &mut self,
-        coverage: &Coverage<'m>,
-        members: &mut [Member],
-        loaded: &[(usize, usize)],
-        data: &mut CoverageData<'m>,
-    ) {
-        let mut group: Option<Summary> = None;
-        self.executions = 0;
-        for (i, summary, executions) in members {
-            if let Ok(k) = loaded.binary_search_by_key(&(*i as usize), |l| l.0) {
-                let at = loaded[k].1;
-                *summary = function_summary(coverage, at, data);
-                *executions = coverage.functions[at].execution_count;
-            }
-            self.executions = self.executions.wrapping_add(*executions);
-            match &mut group {
-                None => group = Some(*summary),
-                Some(g) => g.merge_max(*summary),
-            }
-        }
-        self.summary = group.unwrap_or_default();
     }
 }
 
