@@ -189,17 +189,22 @@ struct Incremental {
     exact: bool,
 }
 
-/// A module's records, where their counters are in a snapshot, and which
-/// of them matter for the report. Only their keys: once merged, a record's
-/// counters are in `counters`, and a dump decodes again those that changed.
+/// A module's records that matter for the report (those of functions with
+/// a reported file: the agent's own code, which runs at every dump, has
+/// none), and the counter bytes of the snapshot they were decoded from.
+/// Once merged, a record's counters are in `counters`, and a dump decodes
+/// again those that changed.
 struct ModuleRecords {
-    keys: Vec<Key>,
-    spans: Vec<std::ops::Range<usize>>,
-    /// Records of functions with a reported file (the agent's own code,
-    /// which runs at every dump, has none).
-    relevant: Vec<bool>,
-    /// The counter bytes the records were decoded from.
+    records: Vec<Record>,
     counters: Vec<u8>,
+}
+
+/// A record of a module: its index there, its key's in `Incremental::keys`,
+/// and where its counters are in `ModuleRecords::counters`.
+struct Record {
+    index: u32,
+    key: u32,
+    counters: (u32, u32),
 }
 
 /// Counts for the coverage engine from the incremental state: the same
@@ -414,15 +419,30 @@ impl Engine {
         if reset {
             self.rebase(&snapshots);
         }
-        let mut states = Vec::with_capacity(self.modules.len());
-        let mut whole = Vec::with_capacity(self.modules.len());
-        let mut relevant_keys: FxHashMap<Key, bool> = FxHashMap::default();
+        let mut decoded = Vec::with_capacity(self.modules.len());
         for (m, snap) in self.modules.iter().zip(snapshots) {
             let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
-            let keys: Vec<Key> = records.iter().map(|r| (r.name_ref, r.hash)).collect();
-            let relevant =
-                keys.iter().map(|&key| *relevant_keys.entry(key).or_insert_with(|| self.is_reported(key, options))).collect();
-            states.push(ModuleRecords { keys, spans, relevant, counters: snap.counters });
+            decoded.push((records, spans, snap.counters));
+        }
+        let mut keys: Vec<Key> = decoded.iter().flat_map(|(records, ..)| records.iter().map(|r| (r.name_ref, r.hash))).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys.shrink_to_fit();
+        let relevant: Vec<bool> = keys.iter().map(|&key| self.is_reported(key, options)).collect();
+        let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
+        let mut states = Vec::with_capacity(self.modules.len());
+        let mut whole = Vec::with_capacity(self.modules.len());
+        for (records, spans, counters) in decoded {
+            let mut kept = Vec::new();
+            for (j, (r, span)) in records.iter().zip(spans).enumerate() {
+                let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
+                if relevant[k] {
+                    let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
+                    kept.push(Record { index: at(j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?) });
+                }
+            }
+            kept.shrink_to_fit();
+            states.push(ModuleRecords { records: kept, counters });
             whole.push(records);
         }
         let by_key = std::mem::take(&mut self.last.by_key);
@@ -432,6 +452,7 @@ impl Engine {
         self.last.by_key = by_key;
         self.last.file_functions = file_functions;
         self.last.file_starts = file_starts;
+        self.last.keys = keys;
         self.last.modules = states;
         self.report_or_forget(options, Merge::Whole(whole))
     }
@@ -461,15 +482,14 @@ impl Engine {
     fn changed_since_last(&mut self) -> Result<Changed> {
         let mut changed = Changed { keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
         let mut bytes = Vec::new();
+        let keys = &self.last.keys;
         for (i, (m, state)) in self.modules.iter().zip(&mut self.last.modules).enumerate() {
             let Some(_pin) = Pin::new(&m.id, self.ids.first() == Some(&m.id)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
             let base = self.baseline[i].as_deref();
-            for (j, span) in state.spans.iter().enumerate() {
-                if !state.relevant[j] {
-                    continue;
-                }
+            for r in &state.records {
+                let span = r.counters.0 as usize..r.counters.1 as usize;
                 let Some(last) = state.counters.get_mut(span.clone()) else { continue };
                 let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
                 // Safety (both): pinned above; spans were decoded from this module.
@@ -482,8 +502,8 @@ impl Engine {
                 }
                 if *last != *bytes {
                     last.copy_from_slice(&bytes);
-                    let (name_ref, hash) = state.keys[j];
-                    let counters = profile::decode_counters(&m.layout, &bytes, j)?;
+                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
+                    let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
                     changed.keys.insert((name_ref, hash));
                     // The bitmap is left out: LCOV reports do not read it
                     // (see `MergedCounts`), and it changes no merged count.
@@ -511,10 +531,6 @@ impl Engine {
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
                 last.exact = counters.warnings().is_empty();
-                last.keys = last.modules.iter().flat_map(|state| state.keys.iter().copied()).collect();
-                last.keys.sort_unstable();
-                last.keys.dedup();
-                last.keys.shrink_to_fit();
                 last.merged = vec![None; last.keys.len()];
                 last.counts.clear();
                 for k in 0..last.keys.len() {
