@@ -451,6 +451,19 @@ impl Counters {
         *self = Counters { names, sparse: self.sparse, ..Counters::default() };
     }
 
+    /// Makes later profiles whose names are `table`'s (the same `Arc`)
+    /// look their names up in its index: a live agent decodes and hashes a
+    /// module's names once, for its coverage mapping and every merge.
+    pub fn share_names(&mut self, table: Arc<NameTable>) {
+        if self.names.iter().any(|t| Arc::ptr_eq(t.names(), table.names())) {
+            return;
+        }
+        if self.names.len() == MAX_NAME_SECTIONS {
+            self.names.remove(0);
+        }
+        self.names.push(table);
+    }
+
     /// Merges one profile in.
     ///
     /// Fails, changing nothing, when llvm-profdata would refuse the merge:

@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 use crate::fleet::{self, ReportSettings};
 use crate::lcov;
 use crate::mapping::{CoverageMapping, FileName};
-use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, RawProfile, RecordLayout};
+use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, NameTable, RawProfile, RecordLayout};
+use std::sync::Arc;
 
 /// Everything derived from the loaded modules, and the reset baseline.
 #[derive(Default)]
@@ -291,7 +292,11 @@ impl Engine {
                 None => modules::open_module(id, &image)?.map(|m| (m, None)),
             };
             let Some((module, base)) = module else { continue };
-            if mapping.add_object(&image).map_err(|e| e.context(&id.path.display().to_string()))?.is_some() {
+            if mapping
+                .add_object_with_names(&image, |section| shared_names(&module.names, section))
+                .map_err(|e| e.context(&id.path.display().to_string()))?
+                .is_some()
+            {
                 let covfun = CoverageMapping::covfun_range(&image);
                 objects.push((image, covfun));
             }
@@ -526,6 +531,7 @@ impl Engine {
             Merge::Changed(mut changed) => (std::mem::take(&mut changed.records), Some(changed)),
         };
         for (m, records) in self.modules.iter().zip(selected) {
+            counters.share_names(m.names.clone());
             counters.add(raw_profile(m, records))?;
         }
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
@@ -684,8 +690,11 @@ impl Engine {
         let mut counters = Counters::new();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
             let image = map_file(&m.id, self.is_main(m))?;
-            mapping.add_object(&image).map_err(|e| e.context(&m.id.path.display().to_string()))?;
+            mapping
+                .add_object_with_names(&image, |section| shared_names(&m.names, section))
+                .map_err(|e| e.context(&m.id.path.display().to_string()))?;
             let records = m.records_with_spans(snap)?.into_iter().map(|(r, _)| r).collect();
+            counters.share_names(m.names.clone());
             counters.add(raw_profile(m, records))?;
         }
         drop_unreported(&mut mapping, options.ignore);
@@ -728,7 +737,7 @@ impl Engine {
                     data: &snap.data,
                     counters: &snap.counters,
                     bitmap: &snap.bitmap,
-                    names: &m.names_raw,
+                    names: m.names.section(),
                 },
                 &mut out,
             );
@@ -789,7 +798,7 @@ impl Engine {
                 build_id: m.build_id.as_deref(),
                 layout,
                 data: &snap.data,
-                names: &m.names_raw,
+                names: m.names.section(),
                 object: image,
             })
             .collect();
@@ -863,7 +872,18 @@ fn raw_profile(m: &Module, records: Vec<FunctionCounters>) -> RawProfile {
         byte_coverage: m.layout.variant.byte_coverage,
         binary_ids: m.build_id.iter().cloned().collect(),
         records,
-        names: m.names.clone(),
+        names: m.names.names().clone(),
+    }
+}
+
+/// The module's table of names for its coverage mapping: the module's own,
+/// decoded from the same section, or (for a file that is not what was
+/// loaded) one decoded from `section`.
+fn shared_names(names: &Arc<NameTable>, section: &[u8]) -> Result<Arc<NameTable>> {
+    if names.is_section(section) {
+        Ok(names.clone())
+    } else {
+        NameTable::decode(section).map(Arc::new)
     }
 }
 

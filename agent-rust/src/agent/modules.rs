@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
-use crate::profile::{self, FunctionCounters, RecordLayout};
+use crate::profile::{self, FunctionCounters, NameTable, RecordLayout};
 use crate::Endian;
 
 /// Where a loaded module is and what its file says.
@@ -39,10 +39,11 @@ pub struct Module {
     bitmap: (usize, usize),
     /// Run-time address and size of `__llvm_prf_data`.
     data: (usize, usize),
-    /// The module's function names (from `__llvm_prf_names`).
-    pub names: std::sync::Arc<[String]>,
-    /// Raw `__llvm_prf_names`, for writing raw profiles.
-    pub names_raw: Vec<u8>,
+    /// The module's function names, decoded from its `__llvm_prf_names`
+    /// (which raw profiles carry as it is), with their index by name
+    /// reference: the coverage mapping and the merge of its counters share
+    /// it, so that the names are decoded and hashed once.
+    pub names: std::sync::Arc<NameTable>,
 }
 
 /// Counter values of one module at one moment.
@@ -139,7 +140,7 @@ pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
         bitmap_address as u64,
     )
     .map_err(|e| e.context(&id.path.display().to_string()))?;
-    let names = profile::decode_names(&names_raw)
+    let names = NameTable::decode(&names_raw)
         .map_err(|e| e.context(&format!("{}: __llvm_prf_names", id.path.display())))?
         .into();
     Ok(Some(Module {
@@ -150,7 +151,6 @@ pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
         bitmap: (bitmap_address, bits.map_or(0, |b| b.size() as usize)),
         data: (data_address, data.size() as usize),
         names,
-        names_raw,
     }))
 }
 

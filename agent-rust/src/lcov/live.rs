@@ -91,21 +91,38 @@ struct Stretch {
 /// `DA` and its `BRDA` lines.
 type Fresh = (usize, String, String);
 
-/// A function's regions and branches in one stretch, with their counts.
-/// Boxed slices: a stretch keeps a part for each of its functions, and
-/// most have a few regions (a vector's spare room would be a third of them).
-#[derive(Debug, Default)]
-struct Part {
-    spans: Box<[Span]>,
-    branches: Box<[PlacedBranch]>,
-}
-
-/// The parts of a stretch's functions (as its `functions`), combined.
+/// The parts of a stretch's functions (as its `functions`): each one's
+/// regions and branches in the stretch, with their counts, and those
+/// combined. The parts are runs of two vectors for all (most have a few
+/// regions: a vector each, its spare room, would be as large as them);
+/// `span_ends[k]` and `branch_ends[k]` end function `k`'s.
 #[derive(Debug, Default)]
 struct Kept {
-    parts: Vec<Part>,
+    spans: Vec<Span>,
+    span_ends: Vec<u32>,
+    branches: Vec<PlacedBranch>,
+    branch_ends: Vec<u32>,
     regions: CombinedRegions,
-    branches: CombinedBranches,
+    branches_combined: CombinedBranches,
+}
+
+/// Replaces run `k` of `all` (as [`Kept`]'s) with `new`, emptied.
+fn replace_run<T>(all: &mut Vec<T>, ends: &mut [u32], k: usize, new: &mut Vec<T>) {
+    let from = k.checked_sub(1).map_or(0, |k| ends[k] as usize);
+    let to = ends[k] as usize;
+    let (old_len, new_len) = (to - from, new.len());
+    all.splice(from..to, new.drain(..));
+    if new_len != old_len {
+        for end in &mut ends[k..] {
+            *end = (*end as usize + new_len - old_len) as u32;
+        }
+    }
+}
+
+/// Run `k` of `all` (as [`Kept`]'s).
+fn run<'a, T>(all: &'a [T], ends: &[u32], k: usize) -> &'a [T] {
+    let from = k.checked_sub(1).map_or(0, |k| ends[k] as usize);
+    &all[from..ends[k] as usize]
 }
 
 /// A function of a group, with its own summary and count.
@@ -404,30 +421,30 @@ impl Stretch {
         // every stretch once and should cost no more than that.
         if keep && self.kept.is_none() && functions.len() > 1 {
             // Every function of the stretch is in `loaded` this time.
-            self.kept = Some(Box::new(Kept { parts: functions.iter().map(|_| Part::default()).collect(), ..Kept::default() }));
+            let ends = vec![0; functions.len()];
+            self.kept = Some(Box::new(Kept { span_ends: ends.clone(), branch_ends: ends, ..Kept::default() }));
         }
         let mut brda = String::new();
         match &mut self.kept {
             Some(kept) => {
+                let (mut spans, mut branches) = (Vec::new(), Vec::new());
                 for &(i, at) in loaded {
                     // `functions` is in load order, which is mapping order.
                     let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
-                    let old = &mut kept.parts[k];
-                    kept.regions.remove(&old.spans);
-                    kept.branches.remove(&old.branches);
-                    // Refilled in place: a part has as many regions as before.
-                    let mut spans = std::mem::take(&mut old.spans).into_vec();
-                    spans.clear();
+                    kept.regions.remove(run(&kept.spans, &kept.span_ends, k));
+                    kept.branches_combined.remove(run(&kept.branches, &kept.branch_ends, k));
                     coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
-                    let mut branches = std::mem::take(&mut old.branches).into_vec();
-                    branches.clear();
                     placed_branches(coverage, data, &mut branches);
                     kept.regions.add(&spans);
-                    kept.branches.add(&branches);
-                    *old = Part { spans: spans.into_boxed_slice(), branches: branches.into_boxed_slice() };
+                    kept.branches_combined.add(&branches);
+                    // In place: a part has as many regions as before.
+                    replace_run(&mut kept.spans, &mut kept.span_ends, k, &mut spans);
+                    replace_run(&mut kept.branches, &mut kept.branch_ends, k, &mut branches);
                 }
+                kept.spans.shrink_to_fit();
+                kept.branches.shrink_to_fit();
                 kept.regions.segments(followed, &mut data.segments);
-                kept.branches.write(&mut brda);
+                kept.branches_combined.write(&mut brda);
             }
             None => {
                 // Every function of the stretch is in `loaded`.

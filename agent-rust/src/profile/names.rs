@@ -69,6 +69,12 @@ impl NameTable {
         &self.names
     }
 
+    /// The section the table was decoded from (empty for a table of names
+    /// decoded elsewhere).
+    pub fn section(&self) -> &[u8] {
+        self.section.as_deref().unwrap_or_default()
+    }
+
     /// Whether the table was decoded from exactly these section bytes.
     pub fn is_section(&self, section: &[u8]) -> bool {
         self.section.as_deref() == Some(section)
