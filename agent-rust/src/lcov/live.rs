@@ -126,7 +126,34 @@ fn run<'a, T>(all: &'a [T], ends: &[u32], k: usize) -> &'a [T] {
 }
 
 /// A function of a group, with its own summary and count.
-type Member = (u32, Summary, u64);
+#[derive(Debug)]
+struct Member {
+    function: u32,
+    /// Its lines and branches, found and hit, as [`Summary`]'s (`u32`: a
+    /// function has fewer lines than 2^32, line numbers being `u32`, and
+    /// fewer branches than regions).
+    summary: [u32; 4],
+    executions: u64,
+}
+
+impl Member {
+    fn new(function: u32, summary: Summary, executions: u64) -> Member {
+        let mut member = Member { function, summary: [0; 4], executions: 0 };
+        member.set(summary, executions);
+        member
+    }
+
+    fn set(&mut self, s: Summary, executions: u64) {
+        let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        self.summary = [small(s.lines), small(s.lines_hit), small(s.branches), small(s.branches_hit)];
+        self.executions = executions;
+    }
+
+    fn summary(&self) -> Summary {
+        let [lines, lines_hit, branches, branches_hit] = self.summary.map(u64::from);
+        Summary { lines, lines_hit, branches, branches_hit }
+    }
+}
 
 /// A range of `u32` indices as one of `usize`.
 fn range((from, to): (u32, u32)) -> std::ops::Range<usize> {
@@ -245,10 +272,10 @@ impl LiveFile {
             let from = live.members.len();
             live.members.extend(members.iter().map(|&at| {
                 let f = &coverage.functions[at];
-                (f.mapping_index as u32, function_summary(coverage, at, &mut data), f.execution_count)
+                Member::new(f.mapping_index as u32, function_summary(coverage, at, &mut data), f.execution_count)
             }));
             live.groups.push((from as u32, live.members.len() as u32));
-            group_of.extend(live.members[from..].iter().map(|&(i, ..)| (i, g as u32)));
+            group_of.extend(live.members[from..].iter().map(|m| (m.function, g as u32)));
         }
         live.group_of = index(group_of);
         live.groups.shrink_to_fit();
@@ -306,11 +333,10 @@ impl LiveFile {
             fresh.push((k, da, brda));
         }
         for g in groups {
-            for (i, summary, executions) in &mut self.members[range(self.groups[g])] {
-                if let Ok(k) = loaded.binary_search_by_key(&(*i as usize), |l| l.0) {
+            for member in &mut self.members[range(self.groups[g])] {
+                if let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) {
                     let at = loaded[k].1;
-                    *summary = function_summary(coverage, at, &mut data);
-                    *executions = coverage.functions[at].execution_count;
+                    member.set(function_summary(coverage, at, &mut data), coverage.functions[at].execution_count);
                 }
             }
         }
@@ -361,11 +387,11 @@ impl LiveFile {
         for &g in &self.groups {
             let mut summary: Option<Summary> = None;
             let mut executions = 0u64;
-            for &(_, s, count) in &self.members[range(g)] {
-                executions = executions.wrapping_add(count);
+            for member in &self.members[range(g)] {
+                executions = executions.wrapping_add(member.executions);
                 match &mut summary {
-                    None => summary = Some(s),
-                    Some(summary) => summary.merge_max(s),
+                    None => summary = Some(member.summary()),
+                    Some(summary) => summary.merge_max(member.summary()),
                 }
             }
             total.add(summary.unwrap_or_default());
