@@ -69,6 +69,9 @@ pub struct LiveFile {
     defined_at: Vec<(u32, u32)>,
     group_of: Vec<(u32, u32)>,
     stretches_of: Vec<(u32, u32)>,
+    /// Where the first stretch's `DA` lines begin in the text; its
+    /// `BRDA` lines begin where the last stretch's `DA` lines end.
+    lines_at: u32,
 }
 
 #[derive(Debug, Default)]
@@ -82,9 +85,10 @@ struct Stretch {
     /// a dump updates them by the difference of the functions that ran
     /// (from the first dump after the first that reaches it).
     kept: Option<Box<Kept>>,
-    /// Where its `DA` and `BRDA` lines are in the record's text.
-    da: (u32, u32),
-    brda: (u32, u32),
+    /// Where its `DA` and `BRDA` lines end in the record's text: each
+    /// stretch's begin where the last one's end (see `LiveFile::lines_at`).
+    da_end: u32,
+    brda_end: u32,
 }
 
 /// A stretch's lines computed again, not yet in the text: its index, its
@@ -249,6 +253,7 @@ impl LiveFile {
             defined_at,
             group_of: Vec::new(),
             stretches_of: Vec::new(),
+            lines_at: 0,
         };
         let mut data = CoverageData::default();
         let mut fresh = Vec::with_capacity(stretches.len());
@@ -399,23 +404,26 @@ impl LiveFile {
         }
         push_line(&mut out, "FNF:", self.groups.len());
         push_line(&mut out, "FNH:", hit);
+        // `from`: where the stretch's lines begin in the last text.
+        let mut from = self.lines_at;
+        self.lines_at = out.len() as u32;
         let mut next = fresh.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
-            let at = out.len() as u32;
             match next.next_if(|f| f.0 == k) {
                 Some((_, da, _)) => out.push_str(da),
-                None => copy(&mut out, s.da),
+                None => copy(&mut out, (from, s.da_end)),
             }
-            s.da = (at, out.len() as u32);
+            from = s.da_end;
+            s.da_end = out.len() as u32;
         }
         let mut next = fresh.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
-            let at = out.len() as u32;
             match next.next_if(|f| f.0 == k) {
                 Some((_, _, brda)) => out.push_str(brda),
-                None => copy(&mut out, s.brda),
+                None => copy(&mut out, (from, s.brda_end)),
             }
-            s.brda = (at, out.len() as u32);
+            from = s.brda_end;
+            s.brda_end = out.len() as u32;
         }
         push_line(&mut out, "BRF:", total.branches);
         push_line(&mut out, "BRH:", total.branches_hit);
