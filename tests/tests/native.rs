@@ -1214,6 +1214,44 @@ fn cpp_linked_with_the_static_library() {
     cpp_serving("cpp-api-serve", &b.app_api, false);
 }
 
+/// One inline function in the program and in its shared library (built
+/// with -fvisibility-inlines-hidden, so that each runs its own copy): two
+/// records of one function, which llvm-profdata adds up. A dump after only
+/// one of them ran still adds the other's counts.
+#[test]
+fn a_function_in_two_modules_is_merged_whole_when_one_of_them_ran() {
+    let out = out_root().join("clang19-shared-inline");
+    let compiler = Compiler {
+        cc: system_tool("clang++-19", "clang-19 (and libclang-rt-19-dev)"),
+        src: workspace_root().join("fixtures/native/shared-inline"),
+        out,
+    };
+    let flags = [COVERAGE, &["-std=c++17", "-Wall", "-Werror"]].concat();
+    let (program, lib) = {
+        let _lock = lock_dir(&compiler.out);
+        let lib = compiler.compile(
+            "libtwice.so",
+            &[&flags[..], &["-shared", "-fPIC", "-fvisibility-inlines-hidden"]].concat(),
+            &["lib.cpp"],
+            &[],
+            &[],
+        );
+        let program = compiler.compile("shared-inline", &flags, &["main.cpp"], &[&lib], &["-Wl,-rpath,$ORIGIN"]);
+        (program, lib)
+    };
+    let mut s = Served::start("shared-inline", &program);
+    assert_eq!(s.send("lib 5"), "11\n");
+    assert_eq!(s.send("main 3"), "6\n");
+    s.lcov();
+    // Only the program's copy runs before the next dump.
+    assert_eq!(s.send("main -4"), "4\n");
+    let live = s.lcov();
+    let profraw = s.profraw("moment.profraw");
+    let expected = llvm_cov(Toolchain::Clang19, &program, &[&lib], &[profraw], &s.dir);
+    assert_same_lcov(&live, &demangled(&expected), "a function in two modules");
+    assert_eq!(function_count(&live, "twice.hpp", "twice(int)"), 3, "both copies' calls add up");
+}
+
 #[test]
 fn cpp_preloaded_into_an_unmodified_program() {
     let b = built_cpp();

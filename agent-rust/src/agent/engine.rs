@@ -188,6 +188,10 @@ struct Incremental {
     /// Set when the last whole merge had no warnings (names all resolved,
     /// counter counts agree): only then are merged counts updated key by key.
     exact: bool,
+    /// The indices in `keys` of the keys with several records (a function
+    /// in the program and in a shared object, or in two), ascending: when
+    /// one of them changes, the merge takes them all again.
+    shared: Vec<u32>,
 }
 
 /// A module's records that matter for the report (those of functions with
@@ -450,6 +454,11 @@ impl Engine {
             states.push(ModuleRecords { records: kept, counters });
             whole.push(records);
         }
+        let mut records_of = vec![0u8; keys.len()];
+        for r in states.iter().flat_map(|state| &state.records) {
+            records_of[r.key as usize] = records_of[r.key as usize].saturating_add(1);
+        }
+        let shared: Vec<u32> = (0..keys.len() as u32).filter(|&k| records_of[k as usize] > 1).collect();
         let by_key = std::mem::take(&mut self.last.by_key);
         let file_functions = std::mem::take(&mut self.last.file_functions);
         let file_starts = std::mem::take(&mut self.last.file_starts);
@@ -459,6 +468,7 @@ impl Engine {
         self.last.file_starts = file_starts;
         self.last.keys = keys;
         self.last.modules = states;
+        self.last.shared = shared;
         self.report_or_forget(options, Merge::Whole(whole))
     }
 
@@ -488,12 +498,15 @@ impl Engine {
         let mut changed = Changed { keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
         let mut bytes = Vec::new();
         let keys = &self.last.keys;
+        // Keys with several records that changed, and the records changed.
+        let mut shared_changed: Vec<u32> = Vec::new();
+        let mut changed_records: Vec<(usize, usize)> = Vec::new();
         for (i, (m, state)) in self.modules.iter().zip(&mut self.last.modules).enumerate() {
             let Some(_pin) = Pin::new(&m.id, self.ids.first() == Some(&m.id)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
             let base = self.baseline[i].as_deref();
-            for r in &state.records {
+            for (j, r) in state.records.iter().enumerate() {
                 let span = r.counters.0 as usize..r.counters.1 as usize;
                 let Some(last) = state.counters.get_mut(span.clone()) else { continue };
                 let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
@@ -512,6 +525,27 @@ impl Engine {
                     changed.keys.insert((name_ref, hash));
                     // The bitmap is left out: LCOV reports do not read it
                     // (see `MergedCounts`), and it changes no merged count.
+                    changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
+                    if self.last.shared.binary_search(&r.key).is_ok() {
+                        shared_changed.push(r.key);
+                        changed_records.push((i, j));
+                    }
+                }
+            }
+        }
+        if !shared_changed.is_empty() {
+            // The other records of those keys, as the last dump read them:
+            // a merge of some records of a key would leave the others out.
+            shared_changed.sort_unstable();
+            changed_records.sort_unstable();
+            for (i, (m, state)) in self.modules.iter().zip(&self.last.modules).enumerate() {
+                for (j, r) in state.records.iter().enumerate() {
+                    if shared_changed.binary_search(&r.key).is_err() || changed_records.binary_search(&(i, j)).is_ok() {
+                        continue;
+                    }
+                    let Some(bytes) = state.counters.get(r.counters.0 as usize..r.counters.1 as usize) else { continue };
+                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
+                    let counters = profile::decode_counters(&m.layout, bytes, r.index as usize)?;
                     changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
                 }
             }
