@@ -31,12 +31,20 @@ pub struct CountedRegion<'m> {
     pub region: &'m Region,
     pub count: u64,
     pub false_count: u64,
-    /// A branch side whose counter is the constant zero (folded away).
-    pub true_folded: bool,
-    pub false_folded: bool,
 }
 
 impl CountedRegion<'_> {
+    /// A branch side whose counter is the constant zero (folded away). Not
+    /// kept beside the counts: a report counts hundreds of thousands of
+    /// regions, and this is the region's own.
+    pub fn true_folded(&self) -> bool {
+        self.region.count == Counter::Zero
+    }
+
+    pub fn false_folded(&self) -> bool {
+        self.region.false_count == Counter::Zero
+    }
+
     fn start(&self) -> (u32, u32) {
         self.region.start()
     }
@@ -431,8 +439,6 @@ fn count_regions<'m>(
             region: r,
             count: eval.eval(r.count)? as u64,
             false_count: eval.eval(r.false_count)? as u64,
-            true_folded: r.count == Counter::Zero,
-            false_folded: r.false_count == Counter::Zero,
         };
         if r.is_branch() {
             record.branches.push(counted);
@@ -773,8 +779,6 @@ mod tests {
             })),
             count,
             false_count: 0,
-            true_folded: false,
-            false_folded: true,
         }
     }
 

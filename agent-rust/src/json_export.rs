@@ -148,7 +148,7 @@ fn nested_branches<'m>(coverage: &Coverage<'m>, e: &Expansion<'m>, out: &mut Vec
 }
 
 fn is_unfolded(b: &CountedRegion<'_>) -> bool {
-    !b.true_folded || !b.false_folded
+    !b.true_folded() || !b.false_folded()
 }
 
 /// Covered and total of one measure.
@@ -278,10 +278,10 @@ fn add_expansion_branches<'m>(coverage: &Coverage<'m>, e: &Expansion<'m>, ratio:
 /// Each side of a branch that is not folded to a constant is one branch.
 fn add_branches(ratio: &mut Ratio, branches: &[CountedRegion<'_>]) {
     for b in branches {
-        if !b.true_folded {
+        if !b.true_folded() {
             ratio.count_one(b.count > 0);
         }
-        if !b.false_folded {
+        if !b.false_folded() {
             ratio.count_one(b.false_count > 0);
         }
     }

@@ -66,11 +66,11 @@ impl Summary {
 
     fn add_branches(&mut self, branches: &[CountedRegion<'_>]) {
         for b in branches {
-            if !b.true_folded {
+            if !b.true_folded() {
                 self.branches += 1;
                 self.branches_hit += u64::from(b.count > 0);
             }
-            if !b.false_folded {
+            if !b.false_folded() {
                 self.branches += 1;
                 self.branches_hit += u64::from(b.false_count > 0);
             }
@@ -311,7 +311,7 @@ pub(crate) struct PlacedBranch {
 }
 
 fn is_unfolded(b: &CountedRegion<'_>) -> bool {
-    !b.true_folded || !b.false_folded
+    !b.true_folded() || !b.false_folded()
 }
 
 fn placed(b: &CountedRegion<'_>, path: Vec<(u32, u32)>) -> PlacedBranch {
