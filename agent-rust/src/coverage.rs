@@ -226,7 +226,7 @@ impl<'m> Coverage<'m> {
     /// Function `at`'s part of one stretch of `file` (the regions that
     /// start on `lines`, first and last), for a live report that keeps each
     /// function's part of each stretch: its regions, appended to `spans`
-    /// (see [`segments_of`]), and its branches and expansions, in `data`.
+    /// (see [`CoverageData::segments_of`]), and its branches and expansions, in `data`.
     pub fn part_in_file_into(&self, at: usize, file: FileName, lines: (u32, u32), spans: &mut Vec<Span>, data: &mut CoverageData<'m>) {
         self.collect_in_file(file, &[at], Some(lines), data);
         spans.extend_from_slice(&data.scratch.spans);
@@ -462,12 +462,16 @@ pub fn build_segments(regions: Vec<CountedRegion<'_>>) -> Vec<Segment> {
     segments
 }
 
-/// The segments of a stretch of a file from its functions' parts (see
-/// [`Coverage::part_in_file_into`]), as [`Coverage::for_file_into`] builds
-/// those of a whole file; `followed`: other regions of the file come after.
-pub fn segments_of(spans: Vec<Span>, followed: bool, segments: &mut Vec<Segment>) {
-    let mut scratch = Scratch { spans, ..Scratch::default() };
-    scratch.build_segments(segments, followed);
+impl CoverageData<'_> {
+    /// The segments of a stretch of a file from its functions' parts (see
+    /// [`Coverage::part_in_file_into`]), as [`Coverage::for_file_into`]
+    /// builds those of a whole file, into `self.segments`; `followed`:
+    /// other regions of the file come after.
+    pub fn segments_of(&mut self, spans: &[Span], followed: bool) {
+        self.scratch.spans.clear();
+        self.scratch.spans.extend_from_slice(spans);
+        self.scratch.build_segments(&mut self.segments, followed);
+    }
 }
 
 /// The regions of one stretch of a file, of all its functions, combined as
@@ -507,9 +511,11 @@ impl CombinedRegions {
     }
 
     /// The segments, as [`Coverage::for_file_into`] builds those of a
-    /// whole file; `followed`: other regions of the file come after these.
-    pub fn segments(&self, followed: bool, segments: &mut Vec<Segment>) {
-        let mut spans: Vec<Span> = Vec::with_capacity(self.extents.len());
+    /// whole file, into `data.segments`; `followed`: other regions of the
+    /// file come after these.
+    pub fn segments(&self, followed: bool, data: &mut CoverageData<'_>) {
+        let spans = &mut data.scratch.spans;
+        spans.clear();
         for (&(start, std::cmp::Reverse(end), kind), &(count, _)) in &self.extents {
             // The first kind of an extent stands for it.
             if spans.last().is_some_and(|l: &Span| l.start == start && l.end == end) {
@@ -517,8 +523,7 @@ impl CombinedRegions {
             }
             spans.push(Span { start, end, count, kind });
         }
-        let mut scratch = Scratch { spans, ..Scratch::default() };
-        scratch.build_combined(segments, followed);
+        data.scratch.build_combined(&mut data.segments, followed);
     }
 }
 

@@ -305,16 +305,36 @@ fn add_expansion_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, 
 /// places and counts only, in whatever order they come.
 #[derive(Debug, Clone)]
 pub(crate) struct PlacedBranch {
-    path: Vec<(u32, u32)>,
+    path: BranchPath,
     count: u64,
     false_count: u64,
+}
+
+/// A branch's chain of places, kept as its first and the others: most
+/// branches are in the file itself, with a chain of one, which then needs
+/// no allocation of its own. Ordered as the chain is (place by place).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct BranchPath {
+    first: (u32, u32),
+    rest: Vec<(u32, u32)>,
+}
+
+impl BranchPath {
+    fn of(chain: &[(u32, u32)]) -> Option<BranchPath> {
+        let (&first, rest) = chain.split_first()?;
+        Some(BranchPath { first, rest: rest.to_vec() })
+    }
+
+    fn line(&self) -> u32 {
+        self.first.0
+    }
 }
 
 fn is_unfolded(b: &CountedRegion<'_>) -> bool {
     !b.true_folded() || !b.false_folded()
 }
 
-fn placed(b: &CountedRegion<'_>, path: Vec<(u32, u32)>) -> PlacedBranch {
+fn placed(b: &CountedRegion<'_>, path: BranchPath) -> PlacedBranch {
     PlacedBranch { path, count: b.count, false_count: b.false_count }
 }
 
@@ -330,7 +350,7 @@ fn collect_nested_branches<'m>(
         collect_nested_branches(coverage, &inner, path, out);
         for b in &inner.branches {
             if b.region.file_id == e.region.region.expanded_file_id && is_unfolded(b) {
-                out.push(placed(b, path.clone()));
+                out.extend(BranchPath::of(path).map(|path| placed(b, path)));
             }
         }
         path.pop();
@@ -339,7 +359,8 @@ fn collect_nested_branches<'m>(
 
 /// The branches of `data` (and of the expansions in it), unfolded ones.
 pub(crate) fn placed_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, out: &mut Vec<PlacedBranch>) {
-    out.extend(data.branches.iter().filter(|b| is_unfolded(b)).map(|b| placed(b, vec![b.region.start()])));
+    let own = |b: &CountedRegion<'_>| BranchPath { first: b.region.start(), rest: Vec::new() };
+    out.extend(data.branches.iter().filter(|b| is_unfolded(b)).map(|b| placed(b, own(b))));
     collect_nested_branches(coverage, data, &mut Vec::new(), out);
 }
 
@@ -357,7 +378,7 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
     let mut summed: Vec<SummedBranch<'_>> = Vec::with_capacity(branches.len());
     for b in branches {
         match summed.last_mut() {
-            Some(last) if last.0 == b.path.as_slice() => {
+            Some(last) if *last.0 == b.path => {
                 last.1 = last.1.wrapping_add(b.count);
                 last.2 = last.2.wrapping_add(b.false_count);
             }
@@ -368,16 +389,16 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
 }
 
 /// A place and its branches' counts summed.
-type SummedBranch<'a> = (&'a [(u32, u32)], u64, u64);
+type SummedBranch<'a> = (&'a BranchPath, u64, u64);
 
 /// The `BRDA` lines of branches summed by place, in place order.
 fn write_summed_branches(out: &mut String, summed: &[SummedBranch<'_>]) {
     let mut i = 0;
     while i < summed.len() {
-        let line = summed[i].0.first().map_or(0, |p| p.0);
+        let line = summed[i].0.line();
         let mut pair = 0;
         let mut index = 0;
-        while i < summed.len() && summed[i].0.first().map_or(0, |p| p.0) == line {
+        while i < summed.len() && summed[i].0.line() == line {
             let (_, count, false_count) = summed[i];
             // llvm-cov prints these counts as 32-bit unsigned values.
             let counts = [count as u32, false_count as u32];

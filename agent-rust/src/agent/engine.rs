@@ -174,6 +174,9 @@ struct Incremental {
     /// vectors, not maps of vectors, for these indices of every function
     /// of the program: they stay from dump to dump.
     by_key: Vec<u32>,
+    /// The name reference of each of `by_key`: searched instead of the
+    /// functions themselves, which are large and far apart in memory.
+    by_key_names: Vec<u64>,
     /// The mapping functions of each file (`file_functions[file_starts[file]
     /// ..file_starts[file + 1]]`), ascending: a dump recomputes the files
     /// whose functions ran without looking at every function of the program.
@@ -257,16 +260,16 @@ impl Incremental {
     }
 }
 
-/// The mapping functions with `key`, from an index sorted by key (see
+/// The mapping functions with `key`, from the index sorted by key (see
 /// `Incremental::by_key`).
-fn functions_with<'a>(by_key: &'a [u32], mapping: &CoverageMapping, key: Key) -> &'a [u32] {
-    let key_of = |i: &u32| {
-        let f = &mapping.functions[*i as usize];
-        (f.name_ref, f.hash)
-    };
-    let from = by_key.partition_point(|i| key_of(i) < key);
-    let to = from + by_key[from..].partition_point(|i| key_of(i) == key);
-    &by_key[from..to]
+fn functions_with<'a>(last: &'a Incremental, mapping: &CoverageMapping, key: Key) -> &'a [u32] {
+    let names = &last.by_key_names;
+    let from = names.partition_point(|&n| n < key.0);
+    let of_name = &last.by_key[from..from + names[from..].partition_point(|&n| n == key.0)];
+    // A name has one hash but for the rare function of several builds.
+    let hash = |i: &u32| mapping.functions[*i as usize].hash;
+    let from = of_name.partition_point(|i| hash(i) < key.1);
+    &of_name[from..from + of_name[from..].partition_point(|i| hash(i) == key.1)]
 }
 
 /// What a report includes.
@@ -396,6 +399,7 @@ impl Engine {
             let functions = &self.mapping.functions;
             let mut by_key: Vec<u32> = (0..functions.len() as u32).collect();
             by_key.sort_unstable_by_key(|&i| (functions[i as usize].name_ref, functions[i as usize].hash, i));
+            self.last.by_key_names = by_key.iter().map(|&i| functions[i as usize].name_ref).collect();
             self.last.by_key = by_key;
             // (file, function) once each, sorted: the functions of each file.
             let mut pairs: Vec<(FileName, u32)> = Vec::new();
@@ -460,10 +464,12 @@ impl Engine {
         }
         let shared: Vec<u32> = (0..keys.len() as u32).filter(|&k| records_of[k as usize] > 1).collect();
         let by_key = std::mem::take(&mut self.last.by_key);
+        let by_key_names = std::mem::take(&mut self.last.by_key_names);
         let file_functions = std::mem::take(&mut self.last.file_functions);
         let file_starts = std::mem::take(&mut self.last.file_starts);
         self.last.forget();
         self.last.by_key = by_key;
+        self.last.by_key_names = by_key_names;
         self.last.file_functions = file_functions;
         self.last.file_starts = file_starts;
         self.last.keys = keys;
@@ -485,7 +491,7 @@ impl Engine {
     /// Whether the function with `key` has a file in reports (the agent's
     /// own code, and what `ignore` matches, has none).
     fn is_reported(&self, key: Key, options: &ReportOptions<'_>) -> bool {
-        let functions = functions_with(&self.last.by_key, &self.mapping, key);
+        let functions = functions_with(&self.last, &self.mapping, key);
         functions.iter().flat_map(|&i| &self.mapping.functions[i as usize].filenames).any(|&file| {
             let name = self.mapping.file_name(file);
             !options.ignore.iter().any(|re| re.is_match(name))
@@ -592,7 +598,7 @@ impl Engine {
                             _ => last.set_merged(k, None),
                         }
                     }
-                    functions.extend(functions_with(&last.by_key, &self.mapping, *key).iter().map(|&i| i as usize));
+                    functions.extend(functions_with(last, &self.mapping, *key).iter().map(|&i| i as usize));
                 }
                 functions.sort_unstable();
                 functions.dedup();

@@ -36,8 +36,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{defined_names, function_summary, placed_branches, push_int, push_line, write_fn_lines};
 use super::{write_lines, write_placed_branches};
-use super::{write_summed_branches, PlacedBranch, SummedBranch, Summary};
-use crate::coverage::{segments_of, CombinedRegions, Coverage, CoverageData, Span};
+use super::{write_summed_branches, BranchPath, PlacedBranch, SummedBranch, Summary};
+use crate::coverage::{CombinedRegions, Coverage, CoverageData, Span};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -91,9 +91,25 @@ struct Stretch {
     brda_end: u32,
 }
 
-/// A stretch's lines computed again, not yet in the text: its index, its
-/// `DA` and its `BRDA` lines.
-type Fresh = (usize, String, String);
+/// Stretches' lines computed again, not yet in the text: all their `DA`
+/// lines in one string and all their `BRDA` lines in another (a dump
+/// computes hundreds of small stretches), and per stretch its index and
+/// where its lines are in them.
+#[derive(Default)]
+struct Fresh {
+    da: String,
+    brda: String,
+    stretches: Vec<(usize, (u32, u32), (u32, u32))>,
+}
+
+/// The buffers of computing stretches, reused from one to the next.
+#[derive(Default)]
+struct Work<'m> {
+    data: CoverageData<'m>,
+    spans: Vec<Span>,
+    branches: Vec<PlacedBranch>,
+    fresh: Fresh,
+}
 
 /// The parts of a stretch's functions (as its `functions`): each one's
 /// regions and branches in the stretch, with their counts, and those
@@ -255,8 +271,7 @@ impl LiveFile {
             stretches_of: Vec::new(),
             lines_at: 0,
         };
-        let mut data = CoverageData::default();
-        let mut fresh = Vec::with_capacity(stretches.len());
+        let mut work = Work::default();
         let n = stretches.len();
         for (k, (lo, hi, mut functions)) in stretches.into_iter().enumerate() {
             functions.sort_unstable();
@@ -266,9 +281,8 @@ impl LiveFile {
             live.stretch_functions.extend(all.iter().map(|&(i, _)| i as u32));
             let mut stretch =
                 Stretch { lines: (lo, hi), functions: (from, live.stretch_functions.len() as u32), ..Stretch::default() };
-            let (da, brda) =
-                stretch.compute(coverage, file, &live.stretch_functions[range(stretch.functions)], &all, k + 1 < n, false, &mut data);
-            fresh.push((k, da, brda));
+            let functions = &live.stretch_functions[range(stretch.functions)];
+            stretch.compute(k, coverage, file, functions, &all, k + 1 < n, false, &mut work);
             live.stretches_of.extend(all.iter().map(|&(i, _)| (i as u32, k as u32)));
             live.stretches.push(stretch);
         }
@@ -277,7 +291,7 @@ impl LiveFile {
             let from = live.members.len();
             live.members.extend(members.iter().map(|&at| {
                 let f = &coverage.functions[at];
-                Member::new(f.mapping_index as u32, function_summary(coverage, at, &mut data), f.execution_count)
+                Member::new(f.mapping_index as u32, function_summary(coverage, at, &mut work.data), f.execution_count)
             }));
             live.groups.push((from as u32, live.members.len() as u32));
             group_of.extend(live.members[from..].iter().map(|m| (m.function, g as u32)));
@@ -288,7 +302,7 @@ impl LiveFile {
         live.stretches_of.sort_unstable();
         live.stretch_functions.shrink_to_fit();
         live.stretches_of.shrink_to_fit();
-        live.render(fresh);
+        live.render(&work.fresh);
         live
     }
 
@@ -329,24 +343,22 @@ impl LiveFile {
                 self.executions[slot] = coverage.functions[at].execution_count;
             }
         }
-        let mut data = CoverageData::default();
-        let mut fresh = Vec::with_capacity(stretches.len());
+        let mut work = Work::default();
         let n = self.stretches.len();
         for k in stretches {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
-            let (da, brda) = self.stretches[k].compute(coverage, self.file, functions, &loaded, k + 1 < n, true, &mut data);
-            fresh.push((k, da, brda));
+            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, true, &mut work);
         }
         for g in groups {
             for member in &mut self.members[range(self.groups[g])] {
                 if let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) {
                     let at = loaded[k].1;
-                    member.set(function_summary(coverage, at, &mut data), coverage.functions[at].execution_count);
+                    member.set(function_summary(coverage, at, &mut work.data), coverage.functions[at].execution_count);
                 }
             }
         }
-        fresh.sort_unstable_by_key(|f| f.0);
-        self.render(fresh);
+        work.fresh.stretches.sort_unstable_by_key(|f| f.0);
+        self.render(&work.fresh);
     }
 
     /// The stretches and groups of `changed`.
@@ -365,7 +377,7 @@ impl LiveFile {
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
     /// again: the counts, totals and `fresh` stretches (by index) new, the
     /// other stretches' lines copied from the last text.
-    fn render(&mut self, fresh: Vec<Fresh>) {
+    fn render(&mut self, fresh: &Fresh) {
         let last = &self.text;
         let copy = |out: &mut String, at: (u32, u32)| {
             let bytes = last.get(range(at)).unwrap_or_default();
@@ -407,19 +419,19 @@ impl LiveFile {
         // `from`: where the stretch's lines begin in the last text.
         let mut from = self.lines_at;
         self.lines_at = out.len() as u32;
-        let mut next = fresh.iter().peekable();
+        let mut next = fresh.stretches.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
             match next.next_if(|f| f.0 == k) {
-                Some((_, da, _)) => out.push_str(da),
+                Some(&(_, da, _)) => out.push_str(&fresh.da[range(da)]),
                 None => copy(&mut out, (from, s.da_end)),
             }
             from = s.da_end;
             s.da_end = out.len() as u32;
         }
-        let mut next = fresh.iter().peekable();
+        let mut next = fresh.stretches.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
             match next.next_if(|f| f.0 == k) {
-                Some((_, _, brda)) => out.push_str(brda),
+                Some(&(_, _, brda)) => out.push_str(&fresh.brda[range(brda)]),
                 None => copy(&mut out, (from, s.brda_end)),
             }
             from = s.brda_end;
@@ -435,22 +447,24 @@ impl LiveFile {
 }
 
 impl Stretch {
-    /// Its `DA` and `BRDA` lines, with the parts of the `loaded` functions
-    /// ((mapping index, place in `coverage`), by mapping index) computed
-    /// again and the others as they were; `functions`: its own (see
-    /// [`Stretch::functions`]); `followed`: stretches come after it; `keep`:
-    /// a stretch of several functions is to keep their parts.
+    /// Its `DA` and `BRDA` lines, as stretch `k`, into `work.fresh`, with
+    /// the parts of the `loaded` functions ((mapping index, place in
+    /// `coverage`), by mapping index) computed again and the others as they
+    /// were; `functions`: its own (see [`Stretch::functions`]); `followed`:
+    /// stretches come after it; `keep`: a stretch of several functions is
+    /// to keep their parts.
     #[allow(clippy::too_many_arguments)]
     fn compute<'m>(
         &mut self,
+        k: usize,
         coverage: &Coverage<'m>,
         file: FileName,
         functions: &[u32],
         loaded: &[(usize, usize)],
         followed: bool,
         keep: bool,
-        data: &mut CoverageData<'m>,
-    ) -> (String, String) {
+        work: &mut Work<'m>,
+    ) {
         // Kept from the first dump after the first: the first one computes
         // every stretch once and should cost no more than that.
         if keep && self.kept.is_none() && functions.len() > 1 {
@@ -458,44 +472,45 @@ impl Stretch {
             let ends = vec![0; functions.len()];
             self.kept = Some(Box::new(Kept { span_ends: ends.clone(), branch_ends: ends, ..Kept::default() }));
         }
-        let mut brda = String::new();
+        let Work { data, spans, branches, fresh } = work;
+        spans.clear();
+        branches.clear();
+        let brda_from = fresh.brda.len() as u32;
         match &mut self.kept {
             Some(kept) => {
-                let (mut spans, mut branches) = (Vec::new(), Vec::new());
                 for &(i, at) in loaded {
                     // `functions` is in load order, which is mapping order.
                     let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
                     kept.regions.remove(run(&kept.spans, &kept.span_ends, k));
                     kept.branches_combined.remove(run(&kept.branches, &kept.branch_ends, k));
-                    coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
-                    placed_branches(coverage, data, &mut branches);
-                    kept.regions.add(&spans);
-                    kept.branches_combined.add(&branches);
+                    coverage.part_in_file_into(at, file, self.lines, spans, data);
+                    placed_branches(coverage, data, branches);
+                    kept.regions.add(spans);
+                    kept.branches_combined.add(branches);
                     // In place: a part has as many regions as before.
-                    replace_run(&mut kept.spans, &mut kept.span_ends, k, &mut spans);
-                    replace_run(&mut kept.branches, &mut kept.branch_ends, k, &mut branches);
+                    replace_run(&mut kept.spans, &mut kept.span_ends, k, spans);
+                    replace_run(&mut kept.branches, &mut kept.branch_ends, k, branches);
                 }
                 kept.spans.shrink_to_fit();
                 kept.branches.shrink_to_fit();
-                kept.regions.segments(followed, &mut data.segments);
-                kept.branches_combined.write(&mut brda);
+                kept.regions.segments(followed, data);
+                kept.branches_combined.write(&mut fresh.brda);
             }
             None => {
                 // Every function of the stretch is in `loaded`.
-                let (mut spans, mut branches) = (Vec::new(), Vec::new());
                 for &(i, at) in loaded {
                     if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
-                        coverage.part_in_file_into(at, file, self.lines, &mut spans, data);
-                        placed_branches(coverage, data, &mut branches);
+                        coverage.part_in_file_into(at, file, self.lines, spans, data);
+                        placed_branches(coverage, data, branches);
                     }
                 }
-                segments_of(spans, followed, &mut data.segments);
-                write_placed_branches(&mut brda, branches.iter().collect());
+                data.segments_of(spans, followed);
+                write_placed_branches(&mut fresh.brda, branches.iter().collect());
             }
         }
-        let mut da = String::new();
-        write_lines(&mut da, &data.segments);
-        (da, brda)
+        let da_from = fresh.da.len() as u32;
+        write_lines(&mut fresh.da, &data.segments);
+        fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
     }
 }
 
@@ -505,7 +520,7 @@ impl Stretch {
 #[derive(Debug, Default)]
 struct CombinedBranches {
     /// By place: the sums of the counts (wrapping) and how many.
-    places: std::collections::BTreeMap<Vec<(u32, u32)>, (u64, u64, u32)>,
+    places: std::collections::BTreeMap<BranchPath, (u64, u64, u32)>,
 }
 
 impl CombinedBranches {
@@ -533,7 +548,7 @@ impl CombinedBranches {
 
     /// The `BRDA` lines.
     fn write(&self, out: &mut String) {
-        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p.as_slice(), c, f)).collect();
+        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p, c, f)).collect();
         write_summed_branches(out, &summed);
     }
 }
