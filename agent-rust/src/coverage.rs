@@ -114,6 +114,14 @@ impl CoverageData<'_> {
     }
 }
 
+/// The branches and nested expansions of an expansion (see
+/// [`Coverage::for_expansion`]).
+#[derive(Debug, Default)]
+pub struct Expanded<'m> {
+    pub expansions: Vec<Expansion<'m>>,
+    pub branches: Vec<CountedRegion<'m>>,
+}
+
 /// Line coverage of one source line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LineStats {
@@ -264,11 +272,21 @@ impl<'m> Coverage<'m> {
         }
     }
 
-    /// Coverage of what an expansion region expands to.
-    pub fn for_expansion(&self, expansion: &Expansion<'m>) -> CoverageData<'m> {
-        let mut data = CoverageData::default();
-        self.for_file_id_into(expansion.function, expansion.region.region.expanded_file_id, &mut data);
-        data
+    /// What an expansion region expands to, as reports read it: its
+    /// branches and the expansions nested in it (its lines are its file's,
+    /// so no segments are built).
+    pub fn for_expansion(&self, expansion: &Expansion<'m>) -> Expanded<'m> {
+        let (index, file_id) = (expansion.function, expansion.region.region.expanded_file_id);
+        let f = &self.functions[index];
+        Expanded {
+            expansions: f
+                .regions
+                .iter()
+                .filter(|r| r.region.file_id == file_id && is_expansion_in(r, file_id))
+                .map(|r| Expansion { function: index, region: *r })
+                .collect(),
+            branches: f.branches.iter().filter(|r| r.region.file_id == file_id).copied().collect(),
+        }
     }
 
     fn for_file_id_into(&self, index: usize, file_id: u32, data: &mut CoverageData<'m>) {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex::Regex;
 
-use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData};
+use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion};
 use crate::mapping::FileName;
 
 /// What to include, named after llvm-cov's options.
@@ -287,15 +287,15 @@ fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut Covera
         }
     });
     s.add_branches(&data.branches);
-    add_expansion_branches(coverage, data, &mut s);
+    add_expansion_branches(coverage, &data.expansions, &mut s);
     s
 }
 
-fn add_expansion_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, s: &mut Summary) {
-    for e in &data.expansions {
+fn add_expansion_branches<'m>(coverage: &Coverage<'m>, expansions: &[Expansion<'m>], s: &mut Summary) {
+    for e in expansions {
         let inner = coverage.for_expansion(e);
         s.add_branches(&inner.branches);
-        add_expansion_branches(coverage, &inner, s);
+        add_expansion_branches(coverage, &inner.expansions, s);
     }
 }
 
@@ -340,14 +340,14 @@ fn placed(b: &CountedRegion<'_>, path: BranchPath) -> PlacedBranch {
 
 fn collect_nested_branches<'m>(
     coverage: &Coverage<'m>,
-    data: &CoverageData<'m>,
+    expansions: &[Expansion<'m>],
     path: &mut Vec<(u32, u32)>,
     out: &mut Vec<PlacedBranch>,
 ) {
-    for e in &data.expansions {
+    for e in expansions {
         let inner = coverage.for_expansion(e);
         path.push(e.region.region.start());
-        collect_nested_branches(coverage, &inner, path, out);
+        collect_nested_branches(coverage, &inner.expansions, path, out);
         for b in &inner.branches {
             if b.region.file_id == e.region.region.expanded_file_id && is_unfolded(b) {
                 out.extend(BranchPath::of(path).map(|path| placed(b, path)));
@@ -361,7 +361,7 @@ fn collect_nested_branches<'m>(
 pub(crate) fn placed_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, out: &mut Vec<PlacedBranch>) {
     let own = |b: &CountedRegion<'_>| BranchPath { first: b.region.start(), rest: Vec::new() };
     out.extend(data.branches.iter().filter(|b| is_unfolded(b)).map(|b| placed(b, own(b))));
-    collect_nested_branches(coverage, data, &mut Vec::new(), out);
+    collect_nested_branches(coverage, &data.expansions, &mut Vec::new(), out);
 }
 
 fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
