@@ -392,6 +392,26 @@ impl Engine {
 
     /// The LCOV report of the counts since start (or the last reset).
     pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
+        let report = self.lcov_now(options, reset);
+        self.release_pages();
+        report
+    }
+
+    /// Gives the pages of the objects' files that a report read back to
+    /// the kernel. They are the files' own (read-only, shared with the page
+    /// cache): the next report reads again the few it needs (of the functions
+    /// that ran), where they would otherwise stay resident in the process,
+    /// most of `__llvm_covfun` after the first report.
+    fn release_pages(&self) {
+        for (image, _) in &self.objects {
+            // Safety: a read-only shared mapping of a file: a page given
+            // back is read again from the file when touched, so what is
+            // borrowed from it reads the same.
+            let _ = unsafe { image.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
+    fn lcov_now(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.by_key.is_empty() {
