@@ -279,13 +279,12 @@ impl<'m> Coverage<'m> {
         let (index, file_id) = (expansion.function, expansion.region.region.expanded_file_id);
         let f = &self.functions[index];
         Expanded {
-            expansions: f
-                .regions
+            expansions: of_file_id(&f.regions, file_id)
                 .iter()
-                .filter(|r| r.region.file_id == file_id && is_expansion_in(r, file_id))
+                .filter(|r| is_expansion_in(r, file_id))
                 .map(|r| Expansion { function: index, region: *r })
                 .collect(),
-            branches: f.branches.iter().filter(|r| r.region.file_id == file_id).copied().collect(),
+            branches: of_file_id(&f.branches, file_id).to_vec(),
         }
     }
 
@@ -293,13 +292,13 @@ impl<'m> Coverage<'m> {
         let f = &self.functions[index];
         data.clear();
         let spans = &mut data.scratch.spans;
-        for r in f.regions.iter().filter(|r| r.region.file_id == file_id) {
+        for r in of_file_id(&f.regions, file_id) {
             spans.push(Span::of(r));
             if is_expansion_in(r, file_id) {
                 data.expansions.push(Expansion { function: index, region: *r });
             }
         }
-        data.branches.extend(f.branches.iter().filter(|r| r.region.file_id == file_id).copied());
+        data.branches.extend_from_slice(of_file_id(&f.branches, file_id));
         data.scratch.build_segments(&mut data.segments, false);
     }
 
@@ -364,6 +363,14 @@ fn main_file_id(num_files: usize, regions: &[Region]) -> Option<u32> {
         }
     }
     expanded.iter().position(|e| !e).map(|i| i as u32)
+}
+
+/// The regions of one file id, among regions in mapping order (file id by
+/// file id: a function with many macros expands many files).
+fn of_file_id<'a, 'm>(regions: &'a [CountedRegion<'m>], file_id: u32) -> &'a [CountedRegion<'m>] {
+    let from = regions.partition_point(|r| r.region.file_id < file_id);
+    let to = from + regions[from..].partition_point(|r| r.region.file_id == file_id);
+    &regions[from..to]
 }
 
 fn is_expansion_in(r: &CountedRegion, file_id: u32) -> bool {

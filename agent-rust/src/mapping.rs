@@ -858,21 +858,30 @@ fn read_condition_id(data: &mut Bytes<'_>) -> Result<u64> {
 }
 
 /// An expansion region counts as often as the first region of the file it
-/// expands. Nested expansions need one pass per level, as in LLVM.
+/// expands. Nested expansions need one pass per level, as in LLVM, which
+/// makes as many passes as there are files; a pass that changes nothing
+/// leaves the next one nothing to change, so the passes stop there (a
+/// function of a macro-heavy C file has dozens of files, nested once).
 fn propagate_expansion_counters(regions: &mut [Region], num_files: usize) {
+    let mut pending: Vec<Option<usize>> = vec![None; num_files];
     for _pass in 1..num_files {
-        let mut pending: Vec<Option<usize>> = vec![None; num_files];
         for (i, r) in regions.iter().enumerate() {
             if r.kind == RegionKind::Expansion {
                 pending[r.expanded_file_id as usize] = Some(i);
             }
         }
+        let mut changed = false;
         for i in 0..regions.len() {
             let file = regions[i].file_id as usize;
             if let Some(expansion) = pending[file].take() {
+                changed |= regions[expansion].count != regions[i].count;
                 regions[expansion].count = regions[i].count;
             }
         }
+        if !changed {
+            break;
+        }
+        pending.fill(None);
     }
 }
 
@@ -887,6 +896,35 @@ mod tests {
         assert_eq!(join_and_normalize("/src/app/", "../lib/z.rs"), "/src/lib/z.rs");
         assert_eq!(join_and_normalize("/", "../../a.c"), "/a.c");
         assert_eq!(join_and_normalize("", "a//b.c"), "a/b.c");
+    }
+
+    #[test]
+    fn nested_expansions_take_the_count_of_what_they_expand() {
+        let region = |file_id, kind, count, expanded_file_id| Region {
+            kind,
+            count,
+            false_count: Counter::Zero,
+            file_id,
+            expanded_file_id,
+            line_start: 1,
+            column_start: 1,
+            line_end: 1,
+            column_end: 2,
+        };
+        // File 0 expands file 1, whose first region expands file 2, whose
+        // first region expands file 3: the outer ones are set in later
+        // passes, after the inner ones.
+        let mut regions = vec![
+            region(0, RegionKind::Code, Counter::Counter(0), 0),
+            region(0, RegionKind::Expansion, Counter::Zero, 1),
+            region(1, RegionKind::Expansion, Counter::Zero, 2),
+            region(2, RegionKind::Expansion, Counter::Zero, 3),
+            region(3, RegionKind::Code, Counter::Counter(7), 0),
+            region(3, RegionKind::Code, Counter::Counter(8), 0),
+        ];
+        propagate_expansion_counters(&mut regions, 5);
+        let counts: Vec<Counter> = regions.iter().map(|r| r.count).collect();
+        assert_eq!(counts[1..4], [Counter::Counter(7); 3]);
     }
 
     #[test]
