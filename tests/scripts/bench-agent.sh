@@ -57,7 +57,8 @@ source "$root/tests/scripts/bench-common.sh"
 echo "bench-agent: building fixtures/large --features agent with -C instrument-coverage"
 large_target="$root/target/fixtures/large-agent"   # not bench.sh's: other features
 "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$large_target" \
-    cargo build --quiet --locked --target "$host" --features agent --manifest-path fixtures/large/Cargo.toml
+    cargo build --quiet --locked --target "$host" --features agent "${optimized_dependencies[@]}" \
+    --manifest-path fixtures/large/Cargo.toml
 large="$large_target/$host/debug/large"
 
 echo "bench-agent: building fixtures/service with -C instrument-coverage"

@@ -20,6 +20,11 @@ while IFS= read -r name; do
     esac
 done < <(compgen -e)
 
+# Cargo flags of a fixture build with its dependencies (the Rust agent
+# among them) optimized, as docs/agent.md tells users to build a program
+# that links the agent.
+optimized_dependencies=(--config 'profile.dev.package."*".opt-level = 3')
+
 # median, p95 < numbers, one a line ("nan" for none).
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(0.95 * NR); if (i < 0.95 * NR) i++; print v[i] }'; }

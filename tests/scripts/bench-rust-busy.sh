@@ -97,8 +97,11 @@ fixture() {
 # too, as in any coverage build) but not build scripts and proc macros.
 log "building fixtures/large --features agent and fixtures/service with -C instrument-coverage ($label)"
 fixture large
+# Its dependencies optimized (see bench-common.sh): its own profile leaves
+# them as they are for `livecov convert`'s benchmark of its mapping.
 (cd "$fixture_src" && "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$fixture_target" \
-    cargo build --quiet "${locked[@]}" --target "$host" --features agent </dev/null) || die "the build of fixtures/large failed"
+    cargo build --quiet "${locked[@]}" --target "$host" --features agent "${optimized_dependencies[@]}" </dev/null) ||
+    die "the build of fixtures/large failed"
 # A copy: the agent reads the coverage mapping from the running file.
 cp "$fixture_target/$host/debug/large" "$work/large"
 fixture service
