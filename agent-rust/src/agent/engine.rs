@@ -461,7 +461,8 @@ impl Engine {
         keys.sort_unstable();
         keys.dedup();
         keys.shrink_to_fit();
-        let relevant: Vec<bool> = keys.iter().map(|&key| self.is_reported(key, options)).collect();
+        let ignored = ignored_files(&self.mapping, options.ignore);
+        let relevant: Vec<bool> = keys.iter().map(|&key| self.is_reported(key, &ignored)).collect();
         let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
@@ -509,13 +510,11 @@ impl Engine {
     }
 
     /// Whether the function with `key` has a file in reports (the agent's
-    /// own code, and what `ignore` matches, has none).
-    fn is_reported(&self, key: Key, options: &ReportOptions<'_>) -> bool {
+    /// own code, and the `ignored` files, have none).
+    fn is_reported(&self, key: Key, ignored: &[bool]) -> bool {
         let functions = functions_with(&self.last, &self.mapping, key);
-        functions.iter().flat_map(|&i| &self.mapping.functions[i as usize].filenames).any(|&file| {
-            let name = self.mapping.file_name(file);
-            !options.ignore.iter().any(|re| re.is_match(name))
-        })
+        let mut files = functions.iter().flat_map(|&i| &self.mapping.functions[i as usize].filenames);
+        files.any(|&file| !ignored[file as usize])
     }
 
     /// Reads the counters of reported functions from memory and compares
@@ -919,9 +918,15 @@ fn batches<T>(records: Vec<(T, Vec<usize>)>) -> Vec<(Vec<T>, Vec<usize>, Vec<usi
 /// dependency's, what LIVECOV_IGNORE matches): they change no byte of one,
 /// and they are most of a Rust service's mapping.
 fn drop_unreported(mapping: &mut CoverageMapping, ignore: &[Regex]) {
-    let ignored: Vec<bool> = mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect();
+    let ignored = ignored_files(mapping, ignore);
     mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
     mapping.functions.shrink_to_fit();
+}
+
+/// Per file of the mapping (by `FileName`), whether `ignore` leaves it out
+/// of reports: matched once per file, not once per function that has it.
+fn ignored_files(mapping: &CoverageMapping, ignore: &[Regex]) -> Vec<bool> {
+    mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect()
 }
 
 /// A module's records as a raw profile, for merging.

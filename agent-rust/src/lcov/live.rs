@@ -99,8 +99,11 @@ struct Stretch {
 struct Fresh {
     da: String,
     brda: String,
-    stretches: Vec<(usize, (u32, u32), (u32, u32))>,
+    stretches: Vec<(usize, TextRange, TextRange)>,
 }
+
+/// Where some lines are in a text: (from, to) byte offsets.
+type TextRange = (u32, u32);
 
 /// The buffers of computing stretches, reused from one to the next.
 #[derive(Default)]
