@@ -64,7 +64,8 @@ pub struct FunctionRecord<'m> {
     /// The name without a leading `\x01` or the prefix of its own file name.
     pub name: &'m str,
     pub filenames: &'m [FileName],
-    /// Non-branch regions, in mapping order.
+    /// Non-branch regions and branch regions, each in mapping order: file
+    /// id by file id, which finds those of one file id by a search.
     pub regions: Vec<CountedRegion<'m>>,
     pub branches: Vec<CountedRegion<'m>>,
     /// Its MC/DC decisions (none unless built with `-fcoverage-mcdc`).
@@ -234,7 +235,8 @@ impl<'m> Coverage<'m> {
     /// Function `at`'s part of one stretch of `file` (the regions that
     /// start on `lines`, first and last), for a live report that keeps each
     /// function's part of each stretch: its regions, appended to `spans`
-    /// (see [`CoverageData::segments_of`]), and its branches and expansions, in `data`.
+    /// (see [`CoverageData::segments_of`]), and its branches and expansions,
+    /// in `data`.
     pub fn part_in_file_into(&self, at: usize, file: FileName, lines: (u32, u32), spans: &mut Vec<Span>, data: &mut CoverageData<'m>) {
         self.collect_in_file(file, &[at], Some(lines), data);
         spans.extend_from_slice(&data.scratch.spans);
