@@ -323,7 +323,12 @@ impl LiveFile {
     /// ones, to update this record after they ran: all those of their
     /// stretches of several functions that keep no parts yet.
     pub fn needs(&self, changed: &[usize], out: &mut Vec<usize>) {
-        for k in self.reached(changed).0 {
+        self.needs_of(&self.reached(changed).0, out);
+    }
+
+    /// [`Self::needs`] of the stretches they reach.
+    fn needs_of(&self, stretches: &[usize], out: &mut Vec<usize>) {
+        for &k in stretches {
             if self.stretches[k].kept.is_none() {
                 out.extend(self.functions_of(k).iter().map(|&i| i as usize));
             }
@@ -336,7 +341,7 @@ impl LiveFile {
     pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
         let (stretches, groups) = self.reached(changed);
         let mut wanted = changed.to_vec();
-        self.needs(changed, &mut wanted);
+        self.needs_of(&stretches, &mut wanted);
         // (mapping index, place in `coverage`), by mapping index.
         let mut loaded: Vec<(usize, usize)> = wanted.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
         loaded.sort_unstable();
