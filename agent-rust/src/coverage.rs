@@ -142,17 +142,36 @@ pub struct Coverage<'m> {
 }
 
 impl<'m> Coverage<'m> {
+    /// Every function's coverage, with all that llvm-cov's JSON export
+    /// shows (its MC/DC records too).
     pub fn new(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
-        Self::of_functions(mapping, counters, 0..mapping.functions.len())
+        Self::load(mapping, counters, 0..mapping.functions.len(), true)
     }
 
-    /// Coverage of some of the mapping's functions (indices ascending).
-    /// For the records of a file it suffices to load the functions that
-    /// touch it: duplicates of a function have the same files.
+    /// [`new`](Self::new) without the MC/DC records, which LCOV does not
+    /// show: finding a decision's test vectors walks every path through
+    /// its conditions.
+    pub fn for_lcov(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
+        Self::load(mapping, counters, 0..mapping.functions.len(), false)
+    }
+
+    /// [`for_lcov`](Self::for_lcov) of some of the mapping's functions
+    /// (indices ascending). For the records of a file it suffices to load
+    /// the functions that touch it: duplicates of a function have the same
+    /// files.
     pub fn of_functions(
         mapping: &'m CoverageMapping,
         counters: &dyn CounterSource,
         indices: impl Iterator<Item = usize>,
+    ) -> Self {
+        Self::load(mapping, counters, indices, false)
+    }
+
+    fn load(
+        mapping: &'m CoverageMapping,
+        counters: &dyn CounterSource,
+        indices: impl Iterator<Item = usize>,
+        mcdc: bool,
     ) -> Self {
         let mut coverage = Coverage {
             mapping,
@@ -183,7 +202,7 @@ impl<'m> Coverage<'m> {
                 continue;
             }
             let name = f.name_without_prefix(mapping);
-            let Some(record) = count_regions(i, name, f, counts, bitmap) else {
+            let Some(record) = count_regions(i, name, f, counts, mcdc.then_some(bitmap)) else {
                 continue;
             };
             if !provenance.insert((&f.filenames, name)) {
@@ -444,7 +463,7 @@ fn count_regions<'m>(
     name: &'m str,
     f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
-    bitmap: &[u8],
+    mcdc_bitmap: Option<&[u8]>,
 ) -> Option<FunctionRecord<'m>> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
     let branches = f.regions.iter().filter(|r| r.is_branch()).count();
@@ -476,7 +495,9 @@ fn count_regions<'m>(
             record.regions.push(counted);
         }
     }
-    record.mcdc_records = crate::mcdc::records(f, bitmap);
+    if let Some(bitmap) = mcdc_bitmap {
+        record.mcdc_records = crate::mcdc::records(f, bitmap);
+    }
     Some(record)
 }
 

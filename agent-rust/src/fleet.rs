@@ -418,7 +418,7 @@ impl BuildMapping {
     /// `TN:test` when given.
     pub fn report(&self, counters: &Counters, test: Option<&str>) -> String {
         let options = lcov::Options { test_name: test.map(str::to_owned), ..self.options.clone() };
-        let coverage = Coverage::new(&self.mapping, counters);
+        let coverage = Coverage::for_lcov(&self.mapping, counters);
         lcov::map_paths(lcov::write(&coverage, &options), &self.path_map)
     }
 }

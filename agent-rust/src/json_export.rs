@@ -23,7 +23,8 @@ use crate::lcov::{is_ignored, Options};
 use crate::mapping::{FileName, RegionKind};
 use crate::mcdc::McdcRecord;
 
-/// Writes the JSON export of `coverage` to `out`, file by file. Of
+/// Writes the JSON export of `coverage` (from [`Coverage::new`], which
+/// finds the MC/DC records) to `out`, file by file. Of
 /// `options`, `ignore_filename_regex`, `skip_functions` and `summary_only`
 /// apply, as llvm-cov applies them to this format (the function list is
 /// never filtered by file name); the others are LCOV's.

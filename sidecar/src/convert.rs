@@ -139,7 +139,10 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("livecov: warning: {w}");
     }
 
-    let coverage = Coverage::new(&mapping, &counters);
+    let coverage = match args.format {
+        Format::Json => Coverage::new(&mapping, &counters),
+        Format::Lcov => Coverage::for_lcov(&mapping, &counters),
+    };
     if !coverage.mismatched.is_empty() {
         eprintln!(
             "livecov: warning: {} functions have mismatched data (the binary does not match the profile; they are left out)",
