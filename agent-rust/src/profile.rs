@@ -289,27 +289,32 @@ impl ProfileReader {
     /// would, without a vector per record on the way. Returns the binary ids
     /// of each profile.
     ///
+    /// Each profile's names table goes to `names` before the merge indexes
+    /// it (hashing every name, a large part of the read): the coverage
+    /// mapping of the binary that wrote the profiles has the same section,
+    /// and [`CoverageMapping::add_object_with_names`](crate::mapping::CoverageMapping::add_object_with_names)
+    /// on another thread can take the table instead of decoding the
+    /// section again, and share the index.
+    ///
     /// Each profile is merged once it has been read and checked whole; on an
     /// error the profiles before the bad one are merged already. A refused
     /// merge is an [`Error::Mismatch`], as from [`Counters::add`].
-    pub fn read_into(&mut self, data: &[u8], counters: &mut Counters) -> Result<Vec<Vec<Vec<u8>>>> {
+    pub fn read_into(
+        &mut self,
+        data: &[u8],
+        counters: &mut Counters,
+        mut names: impl FnMut(&Arc<NameTable>),
+    ) -> Result<Vec<Vec<Vec<u8>>>> {
         let mut ids = Vec::new();
         raw::for_each_profile(data, &mut self.names, &mut self.records, |meta, records| {
             ids.push(meta.binary_ids);
+            names(&meta.names);
             let merged = records.list.iter().map(|r| {
                 (r.name_ref, r.hash, Cow::Borrowed(records.counters_of(r)), Cow::Borrowed(records.bitmap_of(r)))
             });
             counters.add_records(meta.variant, meta.names, merged)
         })?;
         Ok(ids)
-    }
-
-    /// The table of the names section read last: the coverage mapping of
-    /// the binary that wrote the profiles has the same section, and
-    /// [`CoverageMapping::add_object_with_names`](crate::mapping::CoverageMapping::add_object_with_names)
-    /// can use the table instead of decoding the section again.
-    pub fn names(&self) -> Option<Arc<NameTable>> {
-        self.names.table.clone()
     }
 }
 

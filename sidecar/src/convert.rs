@@ -242,7 +242,7 @@ fn load_mapping(
 /// Reads and merges the profiles, raw or indexed (told apart by their
 /// magic), in order; returns the binary ids each raw profile names, for
 /// checking against the objects. The first names table decoded goes to
-/// `names` (dropped unsent when there is none).
+/// `names` as soon as it is (dropped unsent when there is none).
 fn load_profiles<'a>(
     paths: impl Iterator<Item = &'a PathBuf>,
     names: mpsc::SyncSender<Arc<NameTable>>,
@@ -262,18 +262,18 @@ fn load_profiles<'a>(
                 Err(e) => return Err(e).with_context(|| format!("reading indexed profile {}", path.display())),
             }
         }
-        match reader.read_into(&data, &mut counters) {
+        let first_names = |table: &Arc<NameTable>| {
+            if let Some(names) = names.take() {
+                // The mapping's reader may have finished without it.
+                let _ = names.send(table.clone());
+            }
+        };
+        match reader.read_into(&data, &mut counters, first_names) {
             Ok(profiles) => ids.extend(profiles.into_iter().map(|p| (path.clone(), p))),
             Err(e @ livecov::Error::Mismatch(_)) => {
                 return Err(e).with_context(|| format!("merging raw profile {}", path.display()))
             }
             Err(e) => return Err(e).with_context(|| format!("reading raw profile {}", path.display())),
-        }
-        if let Some(table) = reader.names() {
-            if let Some(names) = names.take() {
-                // The mapping's reader may have finished without it.
-                let _ = names.send(table);
-            }
         }
     }
     Ok((counters, ids))

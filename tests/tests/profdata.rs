@@ -299,7 +299,7 @@ fn mcdc_bitmaps_of_indexed_profiles_are_those_of_the_raw_profiles() {
     let mut raw = Counters::new();
     let mut reader = livecov::profile::ProfileReader::new();
     for p in &profraws {
-        reader.read_into(&std::fs::read(p).expect("read"), &mut raw).expect("a raw profile");
+        reader.read_into(&std::fs::read(p).expect("read"), &mut raw, |_| {}).expect("a raw profile");
     }
     let f = Fixture {
         name: "c-mcdc".into(),

@@ -681,13 +681,16 @@ fn name_tables_find_names_by_reference_and_know_their_section() {
     assert!(!listed.is_section(&section) && !listed.is_section(&[]));
     assert!(NameTable::decode(b"\x00\x00").unwrap_err().to_string().contains("empty function name"));
 
-    // A reader hands out the table of the names it read last.
+    // A reader hands out the table of each profile's names, the same one
+    // for profiles of the same names section.
     let mut reader = ProfileReader::new();
-    assert!(reader.names().is_none());
+    let mut tables = Vec::new();
     let profile = write(&spec(10, sample_fns()));
-    reader.read_into(&profile, &mut Counters::new()).unwrap();
-    let read = reader.names().unwrap();
-    assert_eq!(**read.names(), ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
+    let twice = [profile.clone(), profile].concat();
+    reader.read_into(&twice, &mut Counters::new(), |t| tables.push(t.clone())).unwrap();
+    assert_eq!(tables.len(), 2);
+    assert_eq!(**tables[0].names(), ["main", "foo.c:helper", "_RNvCs123_4core3bar"]);
+    assert!(Arc::ptr_eq(&tables[0], &tables[1]));
 }
 
 #[test]
@@ -786,7 +789,7 @@ fn real_profiles_match_llvm_profdata() {
             std::ptr::eq(real, &CLANG19_BYTE_COVERAGE_V10)
         );
         let mut merged = Counters::new();
-        ProfileReader::new().read_into(&bytes, &mut merged).unwrap();
+        ProfileReader::new().read_into(&bytes, &mut merged, |_| {}).unwrap();
         for (name, hash, counts, bitmap) in real.records {
             assert_eq!(found(&merged, name, *hash), (*counts, *bitmap), "{name} (read_into)");
         }
@@ -1209,7 +1212,7 @@ fn read_into_merges_as_read_and_add() {
     let mut reader = ProfileReader::new();
     let mut ids_merged = Vec::new();
     for file in &files {
-        ids_merged.extend(reader.read_into(file, &mut merged).unwrap());
+        ids_merged.extend(reader.read_into(file, &mut merged, |_| {}).unwrap());
     }
 
     assert_eq!(ids_merged, ids_added);
