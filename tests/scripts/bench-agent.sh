@@ -42,14 +42,8 @@ rounds=${BENCH_AGENT_ROUNDS:-3}
 dump_period_ms=100
 
 # --- tools -------------------------------------------------------------------
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null || ! command -v python3 >/dev/null; then
-    echo "bench-agent: installing wrk, curl and python3"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl python3 >/dev/null
-fi
 source "$root/tests/scripts/bench-common.sh"
+install_tools wrk=wrk curl=curl python3=python3
 
 # --- builds --------------------------------------------------------------------
 # With --target, RUSTFLAGS reach the programs and their libraries (the agent

@@ -39,7 +39,7 @@ rounds=${BENCH_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-busy: $*" >&2; }
 die() { log "$*"; exit 1; }
-for t in curl ss; do command -v "$t" >/dev/null || die "$t missing"; done
+install_tools curl=curl ss=iproute2
 
 # --- builds --------------------------------------------------------------------
 sources_of "${BENCH_BUSY_REV:-}" bench-busy

@@ -2,7 +2,8 @@
 # rustup llvm-tools component, and `clean_env`, an `env` prefix that drops
 # what the caller (an outer cargo, make, a shell profile) set that would
 # change a build: target dir, wrappers, flags, profile file names, and the
-# agent's own settings. Also the small helpers the scripts share.
+# agent's own settings. Also the small helpers the scripts share, and
+# install_tools for the tools each needs.
 host=$(rustc -vV | sed -n 's/^host: //p')
 llvm_bin="$(rustc --print sysroot)/lib/rustlib/$host/bin"
 profdata="$llvm_bin/llvm-profdata"
@@ -19,6 +20,26 @@ while IFS= read -r name; do
             clean_env+=(-u "$name") ;;
     esac
 done < <(compgen -e)
+
+# install_tools COMMAND=PACKAGE...: installs with apt-get the Debian
+# packages of the commands (names or absolute paths) that are missing, so
+# that each benchmark also runs alone on a fresh machine; fails naming what
+# could not be installed.
+install_tools() {
+    local me missing=() t sudo=""
+    me=$(basename "$0" .sh)
+    for t in "$@"; do
+        command -v "${t%%=*}" >/dev/null || missing+=("${t#*=}")
+    done
+    [ "${#missing[@]}" -gt 0 ] || return 0
+    echo "$me: installing ${missing[*]}" >&2
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
+        { echo "$me: could not install ${missing[*]} (apt-get install failed)" >&2; exit 1; }
+    for t in "$@"; do
+        command -v "${t%%=*}" >/dev/null || { echo "$me: ${t%%=*} is missing and could not be installed" >&2; exit 1; }
+    done
+}
 
 # Cargo flags of a fixture build with its dependencies (the Rust agent
 # among them) optimized, as docs/agent.md tells users to build a program

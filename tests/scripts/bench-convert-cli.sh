@@ -43,7 +43,7 @@ version=15.2.0
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-convert-cli: $*" >&2; }
 die() { log "$*"; exit 1; }
-[ -x /usr/bin/time ] || die "/usr/bin/time missing (GNU time; bench.sh installs it)"
+install_tools /usr/bin/time=time
 [ "$many" -ge 2 ] && [ "$many" -le 200 ] || die "BENCH_CONVERT_CLI_RUNS must be 2..200"
 
 # --- builds --------------------------------------------------------------------

@@ -57,25 +57,8 @@ log() { echo "bench-fleet: $*" >&2; }
 die() { echo "bench-fleet: $*" >&2; exit 1; }
 
 # --- tools -------------------------------------------------------------------
-missing=()
-[ -x /usr/bin/time ] || missing+=(time)
-command -v dnsmasq >/dev/null || missing+=(dnsmasq)
-command -v curl >/dev/null || missing+=(curl)
-command -v jq >/dev/null || missing+=(jq)
-command -v ss >/dev/null || missing+=(iproute2)
-command -v flock >/dev/null || missing+=(util-linux)
-if [ "${#missing[@]}" -gt 0 ]; then
-    log "installing ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-        die "could not install ${missing[*]} (apt-get install failed)"
-fi
-for t in /usr/bin/time dnsmasq curl jq ss flock; do
-    command -v "$t" >/dev/null || die "$t is missing and could not be installed"
-done
 source "$root/tests/scripts/bench-common.sh"
+install_tools /usr/bin/time=time dnsmasq=dnsmasq curl=curl jq=jq ss=iproute2 flock=util-linux
 
 # --- builds ------------------------------------------------------------------
 # BENCH_FLEET_REV=COMMIT measures livecov and liblivecov of that commit (its

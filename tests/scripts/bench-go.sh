@@ -25,13 +25,7 @@ rounds=${BENCH_GO_ROUNDS:-3}
 dumps=${BENCH_GO_DUMPS:-30}
 source "$root/tests/scripts/bench-common.sh"
 
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-    echo "bench-go: installing wrk and curl"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
-fi
+install_tools wrk=wrk curl=curl
 "$root/tests/scripts/deps-go.sh"
 go="$root/target/go-venv/bin/go"
 out="$root/target/bench-go"

@@ -30,6 +30,7 @@ rounds=${BENCH_NODE_ROUNDS:-3}
 starts=${BENCH_NODE_STARTS:-20}
 workers=${BENCH_NODE_WORKERS:-1}
 hook="$root/hooks/node/livecov-hook.cjs"
+source "$root/tests/scripts/bench-common.sh"
 
 # use_app APP PATH ANSWER: the fixture that start_app starts, the request wrk
 # sends, and the answer (an extended regex) it must give.
@@ -40,13 +41,7 @@ if ! command -v node >/dev/null; then
     echo "bench-node: node is missing (tests/scripts/install-deps.sh installs it)" >&2
     exit 1
 fi
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-    echo "bench-node: installing wrk and curl"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
-fi
+install_tools wrk=wrk curl=curl
 # Nothing of the caller's may turn the hook on, or coverage of another kind.
 while IFS= read -r name; do
     case "$name" in LIVECOV_*|NODE_OPTIONS|NODE_V8_COVERAGE) unset "$name" ;; esac

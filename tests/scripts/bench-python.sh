@@ -35,14 +35,9 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 load_secs=${BENCH_PYTHON_LOAD_SECS:-10}
 rounds=${BENCH_PYTHON_ROUNDS:-3}
+source "$root/tests/scripts/bench-common.sh"
 
-if ! command -v wrk >/dev/null || ! command -v curl >/dev/null; then
-    echo "bench-python: installing wrk and curl"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends wrk curl >/dev/null
-fi
+install_tools wrk=wrk curl=curl
 tests/scripts/deps-python.sh
 venvs=("$root/target/python-venv" "$root/target/python-venv-3.12" "$root/target/python-venv-3.13")
 versions=()

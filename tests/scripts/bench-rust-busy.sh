@@ -57,7 +57,7 @@ rounds=${BENCH_RUST_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-rust-busy: $*" >&2; }
 die() { log "$*"; exit 1; }
-for t in curl wrk objdump flock; do command -v "$t" >/dev/null || die "$t missing"; done
+install_tools curl=curl wrk=wrk objdump=binutils flock=util-linux
 log "load average before the runs: $(load) on $(nproc) CPUs"
 
 # --- builds --------------------------------------------------------------------

@@ -36,19 +36,8 @@ reports=${BENCH_SIDECAR_REPORTS:-64}
 [ "$replicas" -ge 1 ] && [ "$replicas" -le 250 ] || { echo "bench-sidecar: BENCH_SIDECAR_REPLICAS must be 1..250" >&2; exit 2; }
 
 # --- tools -------------------------------------------------------------------
-missing=()
-[ -x /usr/bin/time ] || missing+=(time)
-command -v lcov >/dev/null || missing+=(lcov)
-command -v curl >/dev/null || missing+=(curl)
-command -v ss >/dev/null || missing+=(iproute2)
-if [ "${#missing[@]}" -gt 0 ]; then
-    echo "bench-sidecar: installing ${missing[*]}"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
 source "$root/tests/scripts/bench-common.sh"
+install_tools /usr/bin/time=time lcov=lcov curl=curl ss=iproute2
 
 # --- builds --------------------------------------------------------------------
 echo "bench-sidecar: building livecov (release)"

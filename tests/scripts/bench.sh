@@ -29,14 +29,8 @@ root=$(pwd)
 runs=${BENCH_RUNS:-5}
 
 # --- tools -------------------------------------------------------------------
-if [ ! -x /usr/bin/time ]; then
-    echo "bench: installing GNU time"
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends time >/dev/null
-fi
 source "$root/tests/scripts/bench-common.sh"
+install_tools /usr/bin/time=time
 
 # --- builds ------------------------------------------------------------------
 echo "bench: building livecov (release)"
