@@ -456,19 +456,6 @@ impl Counters {
         *self = Counters { names, sparse: self.sparse, ..Counters::default() };
     }
 
-    /// Makes later profiles whose names are `table`'s (the same `Arc`)
-    /// look their names up in its index: a live agent decodes and hashes a
-    /// module's names once, for its coverage mapping and every merge.
-    pub fn share_names(&mut self, table: Arc<NameTable>) {
-        if self.names.iter().any(|t| Arc::ptr_eq(t.names(), table.names())) {
-            return;
-        }
-        if self.names.len() == MAX_NAME_SECTIONS {
-            self.names.remove(0);
-        }
-        self.names.push(table);
-    }
-
     /// Merges one profile in.
     ///
     /// Fails, changing nothing, when llvm-profdata would refuse the merge:
@@ -488,6 +475,15 @@ impl Counters {
         self.add_records(profile.variant, names, records)
     }
 
+    /// [`add`](Self::add) of a module's records with the table of its
+    /// names, which may be a table of
+    /// [`references_only`](NameTable::references_only): a live agent merges
+    /// its modules' records so.
+    pub fn add_module(&mut self, variant: Variant, names: Arc<NameTable>, records: Vec<FunctionCounters>) -> Result<()> {
+        let records = records.into_iter().map(|r| (r.name_ref, r.hash, Cow::Owned(r.counters), Cow::Owned(r.bitmap)));
+        self.add_records(variant, names, records)
+    }
+
     /// [`add`](Self::add) of a profile given as its variant, its names and
     /// its records: (name reference, hash, counters, bitmap).
     fn add_records<'a>(
@@ -498,7 +494,8 @@ impl Counters {
     ) -> Result<()> {
         self.add_variant(new)?;
         let known = self.names.iter().position(|t| {
-            Arc::ptr_eq(t, &names) || Arc::ptr_eq(t.names(), names.names()) || t.names() == names.names()
+            Arc::ptr_eq(t, &names)
+                || (t.has_names() && names.has_names() && (Arc::ptr_eq(t.names(), names.names()) || t.names() == names.names()))
         });
         let index = known.unwrap_or_else(|| {
             if self.names.len() == MAX_NAME_SECTIONS {
@@ -512,12 +509,13 @@ impl Counters {
         let mut pending = Vec::new();
         for (name_ref, hash, counters, bitmap) in records {
             let (group, name) = match names.index_of(name_ref) {
-                Some(i) => (self.by_name.entry(name_ref).or_default(), names.names()[i].as_str()),
+                Some(i) => (self.by_name.entry(name_ref).or_default(), Some(names.names().get(i).map_or("", String::as_str))),
                 None => {
                     unresolved.insert(name_ref);
-                    (&mut self.unnamed, "")
+                    (&mut self.unnamed, None)
                 }
             };
+            let name = Name { name_ref, name };
             if let Some(warning) = file(group, name, hash, counters, bitmap, self.profiles) {
                 pending.push(warning);
             }
@@ -550,7 +548,8 @@ impl Counters {
             } else {
                 self.by_name.entry(c.name_ref).or_default()
             };
-            let warning = file(group, &r.name, c.hash, Cow::Owned(c.counters), Cow::Owned(c.bitmap), self.profiles);
+            let name = Name { name_ref: c.name_ref, name: Some(r.name.as_str()).filter(|n| !n.is_empty()) };
+            let warning = file(group, name, c.hash, Cow::Owned(c.counters), Cow::Owned(c.bitmap), self.profiles);
             pending.extend(warning);
         }
         for warning in pending {
@@ -671,9 +670,28 @@ impl Counters {
 /// Files one record of profile number `profile` under its name's `group`:
 /// a new entry for a new hash, else merged into the entry of that hash.
 /// Returns the merge's warning, if any.
+/// A record's function in warnings: its name, or its name reference when
+/// the table has no names; `name` is `None` for a reference the names do
+/// not have.
+#[derive(Clone, Copy)]
+struct Name<'a> {
+    name_ref: u64,
+    name: Option<&'a str>,
+}
+
+impl std::fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name {
+            None => f.write_str("<unnamed>"),
+            Some("") => write!(f, "with NameRef {:#018x}", self.name_ref),
+            Some(name) => f.write_str(name),
+        }
+    }
+}
+
 fn file(
     group: &mut Vec<Entry>,
-    name: &str,
+    name: Name<'_>,
     hash: u64,
     counters: Cow<'_, [u64]>,
     bitmap: Cow<'_, [u8]>,
@@ -684,13 +702,8 @@ fn file(
             group.push(Entry { hash, counters: counters.into_owned(), bitmap: bitmap.into_owned() });
             None
         }
-        Some(entry) => merge(entry, &counters, &bitmap).map(|warning| {
-            format!(
-                "function {} (hash {:#018x}) in profile {profile}: {warning}",
-                if name.is_empty() { "<unnamed>" } else { name },
-                hash,
-            )
-        }),
+        Some(entry) => merge(entry, &counters, &bitmap)
+            .map(|warning| format!("function {name} (hash {hash:#018x}) in profile {profile}: {warning}")),
     }
 }
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::fleet::{self, ReportSettings};
 use crate::lcov;
 use crate::mapping::{CoverageMapping, FileName};
-use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, NameTable, RawProfile, RecordLayout};
+use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, NameTable, RecordLayout};
 use std::sync::Arc;
 
 /// Everything derived from the loaded modules, and the reset baseline.
@@ -310,10 +310,19 @@ impl Engine {
             modules.push(module);
             baseline.push(base);
         }
+        // The names have named the mapping; merges only need to know which
+        // references are a module's.
+        for m in &mut modules {
+            if m.names.has_names() {
+                m.names = Arc::new(m.names.references_only());
+            }
+        }
         modules::publish_counter_ranges(&ids, modules.iter().map(Module::counter_range).collect::<Vec<CounterRange>>());
         let mut files: Vec<FileName> = (0..mapping.files.len() as FileName).collect();
         files.sort_by(|a, b| mapping.file_name(*a).cmp(mapping.file_name(*b)));
         self.files = files;
+        // It holds the tables of the modules' names as they were.
+        self.counters = Counters::new();
         self.last.forget();
         self.mapping_id = None;
         self.decoded = Decoded::default();
@@ -590,8 +599,7 @@ impl Engine {
             Merge::Changed(mut changed) => (std::mem::take(&mut changed.records), Some(changed)),
         };
         for (m, records) in self.modules.iter().zip(selected) {
-            counters.share_names(m.names.clone());
-            counters.add(raw_profile(m, records))?;
+            counters.add_module(m.layout.variant, m.names.clone(), records)?;
         }
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
@@ -753,8 +761,7 @@ impl Engine {
                 .add_object_with_names(&image, |section| shared_names(&m.names, section))
                 .map_err(|e| e.context(&m.id.path.display().to_string()))?;
             let records = m.records_with_spans(snap)?.into_iter().map(|(r, _)| r).collect();
-            counters.share_names(m.names.clone());
-            counters.add(raw_profile(m, records))?;
+            counters.add_module(m.layout.variant, m.names.clone(), records)?;
         }
         drop_unreported(&mut mapping, options.ignore);
         let lcov_options = lcov::Options { ignore_filename_regex: options.ignore.to_vec(), ..lcov::Options::default() };
@@ -929,23 +936,12 @@ fn ignored_files(mapping: &CoverageMapping, ignore: &[Regex]) -> Vec<bool> {
     mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect()
 }
 
-/// A module's records as a raw profile, for merging.
-fn raw_profile(m: &Module, records: Vec<FunctionCounters>) -> RawProfile {
-    RawProfile {
-        version: m.layout.version,
-        variant: m.layout.variant,
-        byte_coverage: m.layout.variant.byte_coverage,
-        binary_ids: m.build_id.iter().cloned().collect(),
-        records,
-        names: m.names.names().clone(),
-    }
-}
-
 /// The module's table of names for its coverage mapping: the module's own,
-/// decoded from the same section, or (for a file that is not what was
-/// loaded) one decoded from `section`.
+/// decoded from the same section, or one decoded from `section` (for a file
+/// that is not what was loaded, or a module that keeps the references of
+/// its names only).
 fn shared_names(names: &Arc<NameTable>, section: &[u8]) -> Result<Arc<NameTable>> {
-    if names.is_section(section) {
+    if names.has_names() && names.is_section(section) {
         Ok(names.clone())
     } else {
         NameTable::decode(section).map(Arc::new)

@@ -42,7 +42,9 @@ pub struct Module {
     /// The module's function names, decoded from its `__llvm_prf_names`
     /// (which raw profiles carry as it is), with their index by name
     /// reference: the coverage mapping and the merge of its counters share
-    /// it, so that the names are decoded and hashed once.
+    /// it, so that the names are decoded and hashed once. Once they have
+    /// named the mapping, the engine keeps the table's
+    /// [`references_only`](NameTable::references_only).
     pub names: std::sync::Arc<NameTable>,
 }
 

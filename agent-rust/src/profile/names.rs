@@ -41,7 +41,9 @@ pub fn name_ref_bytes(bytes: &[u8]) -> u64 {
 pub struct NameTable {
     /// The section the table was decoded from, when it was.
     section: Option<Vec<u8>>,
+    /// Empty in a table of [`references_only`](Self::references_only).
     names: Arc<[String]>,
+    has_names: bool,
     /// Index in `names` of each name reference, made at the first lookup:
     /// reading a profile does not always need it.
     by_ref: OnceLock<FxHashMap<u64, usize>>,
@@ -56,15 +58,34 @@ impl NameTable {
     /// [`decode`](Self::decode) with error offsets relative to `base`.
     pub(crate) fn decode_at(section: &[u8], base: u64, what: &'static str) -> Result<NameTable> {
         let names = decode_names_at(section, base, what)?;
-        Ok(NameTable { section: Some(section.to_vec()), names: names.into(), by_ref: OnceLock::new() })
+        Ok(NameTable { section: Some(section.to_vec()), names: names.into(), has_names: true, by_ref: OnceLock::new() })
     }
 
     /// The table of names decoded elsewhere.
     pub fn from_names(names: Arc<[String]>) -> NameTable {
-        NameTable { section: None, names, by_ref: OnceLock::new() }
+        NameTable { section: None, names, has_names: true, by_ref: OnceLock::new() }
     }
 
-    /// The names, in section order.
+    /// The same table without its names: what tells which name references
+    /// are the section's, and the section, without the names themselves,
+    /// most of the table's memory (a Rust service's section has tens of
+    /// thousands, some hundred bytes each, of the standard library and its
+    /// dependencies). A live agent keeps this for merging its modules'
+    /// records once the names have named the coverage mapping.
+    pub fn references_only(&self) -> NameTable {
+        let by_ref = OnceLock::new();
+        let _ = by_ref.set(self.by_ref().clone());
+        NameTable { section: self.section.clone(), names: Arc::from(Vec::new()), has_names: false, by_ref }
+    }
+
+    /// False for a table of [`references_only`](Self::references_only),
+    /// which finds no name.
+    pub fn has_names(&self) -> bool {
+        self.has_names
+    }
+
+    /// The names, in section order (none in a table of
+    /// [`references_only`](Self::references_only)).
     pub fn names(&self) -> &Arc<[String]> {
         &self.names
     }
@@ -83,15 +104,16 @@ impl NameTable {
     /// The index in [`names`](Self::names) of the name with this
     /// reference (the last one, should two names share it).
     pub fn index_of(&self, name_ref: u64) -> Option<usize> {
-        let by_ref = self
-            .by_ref
-            .get_or_init(|| self.names.iter().enumerate().map(|(i, n)| (self::name_ref(n), i)).collect());
-        by_ref.get(&name_ref).copied()
+        self.by_ref().get(&name_ref).copied()
+    }
+
+    fn by_ref(&self) -> &FxHashMap<u64, usize> {
+        self.by_ref.get_or_init(|| self.names.iter().enumerate().map(|(i, n)| (self::name_ref(n), i)).collect())
     }
 
     /// The name with this reference.
     pub fn get(&self, name_ref: u64) -> Option<&str> {
-        self.index_of(name_ref).map(|i| self.names[i].as_str())
+        self.index_of(name_ref).and_then(|i| self.names.get(i)).map(String::as_str)
     }
 }
 

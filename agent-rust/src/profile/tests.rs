@@ -694,6 +694,47 @@ fn name_tables_find_names_by_reference_and_know_their_section() {
 }
 
 #[test]
+fn a_table_of_references_merges_as_the_whole_table() {
+    let section = names_chunk(&["main", "foo.c:helper"], true);
+    let whole = Arc::new(NameTable::decode(&section).unwrap());
+    let refs = Arc::new(whole.references_only());
+    assert!(whole.has_names() && !refs.has_names());
+    assert!(refs.names().is_empty() && refs.is_section(&section));
+    assert_eq!(refs.index_of(name_ref("foo.c:helper")), Some(1));
+    assert_eq!(refs.get(name_ref("foo.c:helper")), None);
+
+    let record = |name: &str, hash, counters: &[u64]| FunctionCounters {
+        name_ref: name_ref(name),
+        hash,
+        counters: counters.to_vec(),
+        bitmap: vec![],
+    };
+    let records = || vec![record("main", 1, &[1, 2]), record("foo.c:helper", 2, &[3]), record("other", 3, &[4])];
+    let (mut with_names, mut with_refs) = (Counters::new(), Counters::new());
+    for _ in 0..2 {
+        with_names.add_module(Variant::default(), whole.clone(), records()).unwrap();
+        with_refs.add_module(Variant::default(), refs.clone(), records()).unwrap();
+    }
+    for (name, hash) in [("main", 1), ("foo.c:helper", 2)] {
+        assert_eq!(found(&with_refs, name, hash), found(&with_names, name, hash));
+    }
+    assert_eq!(found(&with_refs, "main", 1).0, [2, 4]);
+    // A reference that is not the section's is unnamed with either table.
+    assert_eq!(with_refs.warnings(), with_names.warnings());
+    assert!(with_refs.warnings().iter().any(|w| w.contains("not found among the profile's names")), "{:?}", with_refs.warnings());
+
+    // A warning names the function by its reference when the table has no names.
+    let (mut a, mut b) = (Counters::new(), Counters::new());
+    for (counters, table) in [(&mut a, &whole), (&mut b, &refs)] {
+        counters.add_module(Variant::default(), table.clone(), vec![record("main", 1, &[1, 2])]).unwrap();
+        counters.add_module(Variant::default(), table.clone(), vec![record("main", 1, &[1])]).unwrap();
+    }
+    assert!(a.warnings().iter().any(|w| w.starts_with("function main (hash")), "{:?}", a.warnings());
+    let by_ref = format!("function with NameRef {:#018x} (hash", name_ref("main"));
+    assert!(b.warnings().iter().any(|w| w.starts_with(&by_ref)), "{:?}", b.warnings());
+}
+
+#[test]
 fn record_seam_for_live_memory() {
     // Sections as a loaded module holds them: version 10, counters right
     // before the data records, read with the module's addresses.
