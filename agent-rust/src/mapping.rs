@@ -47,6 +47,10 @@ pub struct CoverageMapping {
     /// Set when functions are read without their regions (see
     /// [`without_regions`](Self::without_regions)).
     released: bool,
+    /// Files whose functions are not read (see [`leaving_out`](Self::leaving_out)),
+    /// and per file of `files`, whether they match.
+    leave_out: Vec<regex::Regex>,
+    left_out: Vec<bool>,
 }
 
 /// One function's mapping record.
@@ -189,6 +193,21 @@ impl CoverageMapping {
         CoverageMapping { released: true, ..Self::default() }
     }
 
+    /// A mapping that does not read the functions whose every file
+    /// `ignore` matches (none when it is empty): reports leave them out
+    /// (the standard library's, a dependency's, what LIVECOV_IGNORE
+    /// matches), and they are most of a Rust service's mapping. Reading
+    /// them all first would make a peak of memory that the process keeps.
+    pub fn leaving_out(self, ignore: &[regex::Regex]) -> Self {
+        CoverageMapping { leave_out: ignore.to_vec(), ..self }
+    }
+
+    /// Whether a function with these files is left out (see
+    /// [`leaving_out`](Self::leaving_out)).
+    fn is_left_out(&self, filenames: &[FileName]) -> bool {
+        !self.leave_out.is_empty() && filenames.iter().all(|&f| self.left_out[f as usize])
+    }
+
     pub fn file_name(&self, id: FileName) -> &str {
         &self.files[id as usize]
     }
@@ -198,6 +217,7 @@ impl CoverageMapping {
             return id;
         }
         let id = self.files.len() as FileName;
+        self.left_out.push(self.leave_out.iter().any(|re| re.is_match(&name)));
         self.files.push(name.clone());
         self.file_ids.insert(name, id);
         id
@@ -397,10 +417,10 @@ impl CoverageMapping {
     /// of the first function it added.
     fn read_covfun(&mut self, covfun: &[u8], tables: &FilenameTables, endian: Endian) -> Result<usize> {
         let first = self.functions.len();
-        // Index of each name reference's record among this object's
+        // Where each name reference's record is among this object's
         // functions: LLVM keeps the first record of a name, except that a
         // dummy record is replaced by a later real one.
-        let mut by_name: FxHashMap<u64, (usize, bool)> = FxHashMap::default();
+        let mut by_name: FxHashMap<u64, (Slot, bool)> = FxHashMap::default();
         let object = self.objects;
         self.objects += 1;
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
@@ -430,39 +450,67 @@ impl CoverageMapping {
             };
 
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
+            let function = |mapping: DecodedFunction| FunctionMapping {
+                name: String::new(),
+                name_ref,
+                hash,
+                filenames: mapping.filenames,
+                expressions: mapping.expressions,
+                regions: mapping.regions,
+                mcdc: mapping.mcdc,
+                stored,
+            };
             match by_name.get(&name_ref) {
                 None => {
                     let mapping = decode_function(&mut data, filenames, !self.released)?;
-                    by_name.insert(name_ref, (self.functions.len(), is_dummy));
-                    self.functions.push(FunctionMapping {
-                        name: String::new(),
-                        name_ref,
-                        hash,
-                        filenames: mapping.filenames,
-                        expressions: mapping.expressions,
-                        regions: mapping.regions,
-                        mcdc: mapping.mcdc,
-                        stored,
-                    });
+                    let at = self.functions.len();
+                    if self.is_left_out(&mapping.filenames) {
+                        by_name.insert(name_ref, (Slot::LeftOut { at }, is_dummy));
+                    } else {
+                        by_name.insert(name_ref, (Slot::Kept(at), is_dummy));
+                        self.functions.push(function(mapping));
+                    }
                 }
-                Some(&(index, old_is_dummy)) => {
+                Some(&(slot, old_is_dummy)) => {
                     if is_dummy || !old_is_dummy {
                         continue;
                     }
                     let mapping = decode_function(&mut data, filenames, !self.released)?;
-                    by_name.insert(name_ref, (index, false));
-                    let old = &mut self.functions[index];
-                    old.hash = hash;
-                    old.filenames = mapping.filenames;
-                    old.expressions = mapping.expressions;
-                    old.regions = mapping.regions;
-                    old.mcdc = mapping.mcdc;
-                    old.stored = stored;
+                    match slot {
+                        Slot::Kept(index) => {
+                            by_name.insert(name_ref, (Slot::Kept(index), false));
+                            self.functions[index] = function(mapping);
+                        }
+                        Slot::LeftOut { .. } if self.is_left_out(&mapping.filenames) => {
+                            by_name.insert(name_ref, (slot, false));
+                        }
+                        Slot::LeftOut { at } => {
+                            // A left-out dummy record's real one has a file
+                            // to report: it takes the dummy's place.
+                            self.functions.insert(at, function(mapping));
+                            for (s, _) in by_name.values_mut() {
+                                match s {
+                                    Slot::Kept(i) | Slot::LeftOut { at: i } if *i >= at => *i += 1,
+                                    _ => {}
+                                }
+                            }
+                            by_name.insert(name_ref, (Slot::Kept(at), false));
+                        }
+                    }
                 }
             }
         }
         Ok(first)
     }
+}
+
+/// Where a name's record is among the functions being read.
+#[derive(Clone, Copy)]
+enum Slot {
+    Kept(usize),
+    /// Not read (see [`CoverageMapping::leaving_out`]); it would have been
+    /// at this index.
+    LeftOut { at: usize },
 }
 
 /// The bytes of a function record before its mapping data: name

@@ -1,8 +1,9 @@
 //! The decoded mapping's regions can be released and decoded again from
 //! the object (what a live agent does between dumps, see
 //! `CoverageMapping::release`): what comes back is what was first decoded,
-//! for every fixture binary and shared object, and a damaged or missing
-//! section is an error, never a panic or a wrong mapping.
+//! for every fixture binary and shared object; a mapping read leaving out
+//! the functions of ignored files is the whole mapping without them; and a
+//! damaged or missing section is an error, never a panic or a wrong mapping.
 
 use livecov::mapping::CoverageMapping;
 use livecov_tests::{fixture, fixtures};
@@ -40,6 +41,42 @@ fn released_regions_are_decoded_again_as_first_decoded() {
             assert_eq!(&f.expressions, expressions, "{}: {}", path.display(), f.name);
         }
     }
+}
+
+#[test]
+fn a_mapping_read_leaving_out_files_is_the_whole_without_their_functions() {
+    let mut some_left_out = false;
+    for path in binaries() {
+        let image = std::fs::read(&path).unwrap();
+        let mut whole = CoverageMapping::new();
+        whole.add_object(&image).unwrap().expect("a coverage mapping");
+        // Each file, alone, and every other file, in turn (a function of
+        // several files stays while one of them is not ignored).
+        let mut files = whole.files.clone();
+        files.sort();
+        let patterns: Vec<String> = files
+            .iter()
+            .map(|f| format!("^{}$", regex::escape(f)))
+            .chain(files.iter().step_by(2).map(|f| regex::escape(f)))
+            .collect();
+        for pattern in patterns {
+            let ignore = vec![regex::Regex::new(&pattern).unwrap()];
+            let mut read = CoverageMapping::new().leaving_out(&ignore);
+            read.add_object(&image).unwrap().expect("a coverage mapping");
+            let kept = |m: &CoverageMapping| -> Vec<_> {
+                m.functions
+                    .iter()
+                    .filter(|f| f.filenames.iter().any(|&file| !ignore[0].is_match(m.file_name(file))))
+                    .map(|f| (f.name.clone(), f.hash, f.filenames.iter().map(|&file| m.file_name(file).to_owned()).collect::<Vec<_>>(), f.regions.clone()))
+                    .collect()
+            };
+            let expected = kept(&whole);
+            assert_eq!(kept(&read), expected, "{} leaving out {pattern}", path.display());
+            assert_eq!(read.functions.len(), expected.len(), "{} leaving out {pattern}: functions of ignored files read", path.display());
+            some_left_out |= expected.len() < whole.functions.len();
+        }
+    }
+    assert!(some_left_out, "no pattern left a function out");
 }
 
 #[test]

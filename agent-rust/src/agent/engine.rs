@@ -45,6 +45,9 @@ pub struct Engine {
     /// computed; forgotten when the modules change.
     mapping_id: Option<String>,
     decoded: Decoded,
+    /// The ignore patterns of the first report: the mapping is read without
+    /// the functions they leave out of every report.
+    leave_out: Option<Vec<Regex>>,
 }
 
 /// Which functions stay decoded between dumps: those that ran last, within
@@ -289,7 +292,7 @@ impl Engine {
         }
         let mut modules = Vec::new();
         let mut baseline = Vec::new();
-        let mut mapping = CoverageMapping::without_regions();
+        let mut mapping = CoverageMapping::without_regions().leaving_out(self.leave_out.as_deref().unwrap_or_default());
         let mut objects = Vec::new();
         for id in &ids {
             let old = self.modules.iter().position(|m| m.id == *id);
@@ -421,6 +424,11 @@ impl Engine {
     }
 
     fn lcov_now(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
+        if self.leave_out.is_none() {
+            self.leave_out = Some(options.ignore.to_vec());
+            // A mapping read before (for a raw profile) has every function.
+            self.ids.clear();
+        }
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
         if self.last.by_key.is_empty() {
@@ -753,7 +761,7 @@ impl Engine {
     /// dump, would make no two answers alike). Computed whole each time.
     pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
         let snapshots = self.snapshot()?;
-        let mut mapping = CoverageMapping::new();
+        let mut mapping = CoverageMapping::new().leaving_out(options.ignore);
         let mut counters = Counters::new();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
             let image = map_file(&m.id, self.is_main(m))?;
