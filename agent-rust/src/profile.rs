@@ -52,7 +52,7 @@ use std::sync::Arc;
 pub use crate::bytes::Endian;
 use crate::error::{Error, Result};
 pub use indexed::{is_indexed_profile, read_indexed_profile, IndexedProfile, IndexedRecord};
-pub use names::{decode_names, name_ref, name_ref_bytes, NameTable};
+pub use names::{decode_names, name_ref, name_ref_bytes, NameTable, Names};
 pub use write::{write_raw_profile, ModuleImage};
 
 /// One raw profile: what one instrumented module (executable or shared
@@ -71,7 +71,7 @@ pub struct RawProfile {
     /// One entry per data record, in section order.
     pub records: Vec<FunctionCounters>,
     /// The function names of the module's names section, in order.
-    pub names: Arc<[String]>,
+    pub names: Arc<Names>,
 }
 
 /// The counters of one function (one data record).
@@ -509,7 +509,7 @@ impl Counters {
         let mut pending = Vec::new();
         for (name_ref, hash, counters, bitmap) in records {
             let (group, name) = match names.index_of(name_ref) {
-                Some(i) => (self.by_name.entry(name_ref).or_default(), Some(names.names().get(i).map_or("", String::as_str))),
+                Some(i) => (self.by_name.entry(name_ref).or_default(), Some(names.names().get(i).unwrap_or(""))),
                 None => {
                     unresolved.insert(name_ref);
                     (&mut self.unnamed, None)

@@ -555,7 +555,7 @@ fn check_sections(binary: &Binary, input: &[u8], lens: [usize; 2]) -> Result<Out
         Ok(names) => names,
         Err(e) => return check_error(&e, names.len(), true),
     };
-    let names: HashMap<u64, String> = names.into_iter().map(|n| (name_ref(&n), n)).collect();
+    let names: HashMap<u64, String> = names.iter().map(|n| (name_ref(n), n.to_owned())).collect();
     let mut mapping = CoverageMapping::new();
     match mapping.add_sections(covmap, covfun, &names, Endian::Little) {
         Err(e) => check_error(&e, covmap.len().max(covfun.len()), false),

@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
         .map(|c| (u64::from_le_bytes(c.try_into().unwrap()), "f".to_owned()))
         .collect();
     if let Ok(decoded) = decode_names(names_section) {
-        names.extend(decoded.into_iter().map(|n| (name_ref(&n), n)));
+        names.extend(decoded.iter().map(|n| (name_ref(n), n.to_owned())));
     }
     let mut mapping = CoverageMapping::new();
     if mapping

@@ -31,6 +31,58 @@ pub fn name_ref_bytes(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(low)
 }
 
+/// Function names in order, kept one after the other in one string: a
+/// names section has tens of thousands, which as as many `String`s would
+/// cost an allocation and its overhead each.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Names {
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl Names {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th name.
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.text.get(start..end)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    fn push(&mut self, name: &str) {
+        self.text.push_str(name);
+        self.ends.push(self.text.len());
+    }
+}
+
+impl<'a> FromIterator<&'a str> for Names {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(names: I) -> Self {
+        let mut all = Names::default();
+        for name in names {
+            all.push(name);
+        }
+        all
+    }
+}
+
+impl<const N: usize> PartialEq<[&str; N]> for Names {
+    fn eq(&self, other: &[&str; N]) -> bool {
+        self.iter().eq(other.iter().copied())
+    }
+}
+
 /// The names of a names section and the `NameRef` of each.
 ///
 /// A module's coverage mapping and its profiles carry the same names
@@ -42,7 +94,7 @@ pub struct NameTable {
     /// The section the table was decoded from, when it was.
     section: Option<Vec<u8>>,
     /// Empty in a table of [`references_only`](Self::references_only).
-    names: Arc<[String]>,
+    names: Arc<Names>,
     has_names: bool,
     /// Index in `names` of each name reference, made at the first lookup:
     /// reading a profile does not always need it.
@@ -58,11 +110,11 @@ impl NameTable {
     /// [`decode`](Self::decode) with error offsets relative to `base`.
     pub(crate) fn decode_at(section: &[u8], base: u64, what: &'static str) -> Result<NameTable> {
         let names = decode_names_at(section, base, what)?;
-        Ok(NameTable { section: Some(section.to_vec()), names: names.into(), has_names: true, by_ref: OnceLock::new() })
+        Ok(NameTable { section: Some(section.to_vec()), names: Arc::new(names), has_names: true, by_ref: OnceLock::new() })
     }
 
     /// The table of names decoded elsewhere.
-    pub fn from_names(names: Arc<[String]>) -> NameTable {
+    pub fn from_names(names: Arc<Names>) -> NameTable {
         NameTable { section: None, names, has_names: true, by_ref: OnceLock::new() }
     }
 
@@ -75,7 +127,7 @@ impl NameTable {
     pub fn references_only(&self) -> NameTable {
         let by_ref = OnceLock::new();
         let _ = by_ref.set(self.by_ref().clone());
-        NameTable { section: self.section.clone(), names: Arc::from(Vec::new()), has_names: false, by_ref }
+        NameTable { section: self.section.clone(), names: Arc::default(), has_names: false, by_ref }
     }
 
     /// False for a table of [`references_only`](Self::references_only),
@@ -86,7 +138,7 @@ impl NameTable {
 
     /// The names, in section order (none in a table of
     /// [`references_only`](Self::references_only)).
-    pub fn names(&self) -> &Arc<[String]> {
+    pub fn names(&self) -> &Arc<Names> {
         &self.names
     }
 
@@ -113,7 +165,7 @@ impl NameTable {
 
     /// The name with this reference.
     pub fn get(&self, name_ref: u64) -> Option<&str> {
-        self.index_of(name_ref).and_then(|i| self.names.get(i)).map(String::as_str)
+        self.index_of(name_ref).and_then(|i| self.names.get(i))
     }
 }
 
@@ -130,13 +182,13 @@ impl NameTable {
 /// two adjacent separators) is an error, as is a compressed chunk that does
 /// not inflate to exactly its declared length or more. Names must be UTF-8.
 /// Offsets in errors are relative to the start of `bytes`.
-pub fn decode_names(bytes: &[u8]) -> Result<Vec<String>> {
+pub fn decode_names(bytes: &[u8]) -> Result<Names> {
     decode_names_at(bytes, 0, "names section")
 }
 
 /// [`decode_names`] with error offsets relative to `base`.
-pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Result<Vec<String>> {
-    let mut names = Vec::new();
+pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Result<Names> {
+    let mut names = Names::default();
     // LEB128 numbers have no byte order: the cursor's endianness is unused.
     let mut cur = Bytes::new(bytes, base, Endian::Little, what);
     // One inflater for every chunk: setting one up costs more than
@@ -174,6 +226,8 @@ pub(crate) fn decode_names_at(bytes: &[u8], base: u64, what: &'static str) -> Re
             cur.skip(1)?;
         }
     }
+    names.text.shrink_to_fit();
+    names.ends.shrink_to_fit();
     Ok(names)
 }
 
@@ -195,7 +249,7 @@ fn split_names(
     text_offset: u64,
     in_place: bool,
     what: &'static str,
-    names: &mut Vec<String>,
+    names: &mut Names,
 ) -> Result<()> {
     // The separator is ASCII, so the names of a valid UTF-8 text are valid:
     // the text is checked at once, and only a bad one name by name, to
@@ -217,7 +271,7 @@ fn split_names(
             None => std::str::from_utf8(&text[start..end])
                 .map_err(|e| Error::malformed(what, at, format!("function name is not UTF-8: {e}")))?,
         };
-        names.push(name.to_owned());
+        names.push(name);
         start = end + 1;
     }
     Ok(())

@@ -1082,7 +1082,7 @@ fn profile(records: &[(&str, u64, &[u64], &[u8])]) -> RawProfile {
                 bitmap: b.to_vec(),
             })
             .collect(),
-        names: names.into(),
+        names: Arc::new(names.iter().map(String::as_str).collect()),
     }
 }
 
