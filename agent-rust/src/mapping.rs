@@ -205,7 +205,7 @@ impl CoverageMapping {
     /// Whether a function with these files is left out (see
     /// [`leaving_out`](Self::leaving_out)).
     fn is_left_out(&self, filenames: &[FileName]) -> bool {
-        !self.leave_out.is_empty() && filenames.iter().all(|&f| self.left_out[f as usize])
+        !self.leave_out.is_empty() && filenames.iter().all(|&f| self.left_out.get(f as usize) == Some(&true))
     }
 
     pub fn file_name(&self, id: FileName) -> &str {
