@@ -509,13 +509,15 @@ impl Counters {
         let mut pending = Vec::new();
         for (name_ref, hash, counters, bitmap) in records {
             let (group, name) = match names.index_of(name_ref) {
-                Some(i) => (self.by_name.entry(name_ref).or_default(), Some(names.names().get(i).unwrap_or(""))),
+                Some(i) => {
+                    let name = names.names().get(i).map_or(Name::Reference(name_ref), Name::Named);
+                    (self.by_name.entry(name_ref).or_default(), name)
+                }
                 None => {
                     unresolved.insert(name_ref);
-                    (&mut self.unnamed, None)
+                    (&mut self.unnamed, Name::Unresolved)
                 }
             };
-            let name = Name { name_ref, name };
             if let Some(warning) = file(group, name, hash, counters, bitmap, self.profiles) {
                 pending.push(warning);
             }
@@ -548,7 +550,7 @@ impl Counters {
             } else {
                 self.by_name.entry(c.name_ref).or_default()
             };
-            let name = Name { name_ref: c.name_ref, name: Some(r.name.as_str()).filter(|n| !n.is_empty()) };
+            let name = if r.name.is_empty() { Name::Unresolved } else { Name::Named(&r.name) };
             let warning = file(group, name, c.hash, Cow::Owned(c.counters), Cow::Owned(c.bitmap), self.profiles);
             pending.extend(warning);
         }
@@ -667,28 +669,30 @@ impl Counters {
     }
 }
 
-/// Files one record of profile number `profile` under its name's `group`:
-/// a new entry for a new hash, else merged into the entry of that hash.
-/// Returns the merge's warning, if any.
-/// A record's function in warnings: its name, or its name reference when
-/// the table has no names; `name` is `None` for a reference the names do
-/// not have.
+/// A record's function as warnings name it.
 #[derive(Clone, Copy)]
-struct Name<'a> {
-    name_ref: u64,
-    name: Option<&'a str>,
+enum Name<'a> {
+    Named(&'a str),
+    /// Its name reference, in a table of
+    /// [`references_only`](NameTable::references_only).
+    Reference(u64),
+    /// A name reference that the profile's names do not have.
+    Unresolved,
 }
 
 impl std::fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.name {
-            None => f.write_str("<unnamed>"),
-            Some("") => write!(f, "with NameRef {:#018x}", self.name_ref),
-            Some(name) => f.write_str(name),
+        match *self {
+            Name::Named(name) => f.write_str(name),
+            Name::Reference(name_ref) => write!(f, "with NameRef {name_ref:#018x}"),
+            Name::Unresolved => f.write_str("<unnamed>"),
         }
     }
 }
 
+/// Files one record of profile number `profile` under its name's `group`:
+/// a new entry for a new hash, else merged into the entry of that hash.
+/// Returns the merge's warning, if any.
 fn file(
     group: &mut Vec<Entry>,
     name: Name<'_>,

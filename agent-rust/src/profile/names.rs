@@ -32,7 +32,7 @@ pub fn name_ref_bytes(bytes: &[u8]) -> u64 {
 }
 
 /// Function names in order, kept one after the other in one string: a
-/// names section has tens of thousands, which as as many `String`s would
+/// names section has tens of thousands, which as many `String`s would
 /// cost an allocation and its overhead each.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Names {
@@ -95,7 +95,6 @@ pub struct NameTable {
     section: Option<Vec<u8>>,
     /// Empty in a table of [`references_only`](Self::references_only).
     names: Arc<Names>,
-    has_names: bool,
     /// Index in `names` of each name reference, made at the first lookup:
     /// reading a profile does not always need it.
     by_ref: OnceLock<FxHashMap<u64, usize>>,
@@ -110,12 +109,12 @@ impl NameTable {
     /// [`decode`](Self::decode) with error offsets relative to `base`.
     pub(crate) fn decode_at(section: &[u8], base: u64, what: &'static str) -> Result<NameTable> {
         let names = decode_names_at(section, base, what)?;
-        Ok(NameTable { section: Some(section.to_vec()), names: Arc::new(names), has_names: true, by_ref: OnceLock::new() })
+        Ok(NameTable { section: Some(section.to_vec()), names: Arc::new(names), by_ref: OnceLock::new() })
     }
 
     /// The table of names decoded elsewhere.
     pub fn from_names(names: Arc<Names>) -> NameTable {
-        NameTable { section: None, names, has_names: true, by_ref: OnceLock::new() }
+        NameTable { section: None, names, by_ref: OnceLock::new() }
     }
 
     /// The same table without its names: what tells which name references
@@ -127,13 +126,13 @@ impl NameTable {
     pub fn references_only(&self) -> NameTable {
         let by_ref = OnceLock::new();
         let _ = by_ref.set(self.by_ref().clone());
-        NameTable { section: self.section.clone(), names: Arc::default(), has_names: false, by_ref }
+        NameTable { section: self.section.clone(), names: Arc::default(), by_ref }
     }
 
-    /// False for a table of [`references_only`](Self::references_only),
-    /// which finds no name.
+    /// False for a table of [`references_only`](Self::references_only)
+    /// (or of a section with no names): it finds no name.
     pub fn has_names(&self) -> bool {
-        self.has_names
+        !self.names.is_empty()
     }
 
     /// The names, in section order (none in a table of
