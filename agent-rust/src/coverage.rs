@@ -323,6 +323,51 @@ impl<'m> Coverage<'m> {
         data.scratch.build_segments(&mut data.segments, false);
     }
 
+    /// Function `index`'s own segments (as [`Self::for_function_into`]
+    /// builds them) with their counts left out, and the file ids of the
+    /// branches its summary counts; `None` for a function with no body.
+    pub fn function_shape(&self, index: usize) -> Option<FunctionShape> {
+        let f = &self.functions[index];
+        let main = f.main_file?;
+        let regions = of_file_id(&f.regions, main);
+        let spans: Vec<Span> = regions.iter().map(Span::of).collect();
+        let (shape, slot_of) = Shape::new(&spans, false);
+        // As a summary reads them: the body's file, each file an expansion
+        // in it expands, and so on (a file id twice if two expansions
+        // expand it). Malformed expansions could form a cycle: the walk
+        // takes at most one step per region.
+        let mut branch_files = vec![main];
+        let mut next = 0;
+        while next < branch_files.len() && branch_files.len() <= f.regions.len() {
+            let id = branch_files[next];
+            let expanded = of_file_id(&f.regions, id).iter().filter(|r| is_expansion_in(r, id));
+            branch_files.extend(expanded.map(|r| r.region.expanded_file_id));
+            next += 1;
+        }
+        Some(FunctionShape { main, shape, slot_of, branch_files })
+    }
+
+    /// The segments of function `index` (as [`Self::for_function_into`])
+    /// from its `shape`, into `data`'s; `slots` is a buffer.
+    pub fn shaped_segments_into(&self, index: usize, shape: &FunctionShape, slots: &mut Vec<u64>, data: &mut CoverageData<'m>) {
+        let regions = of_file_id(&self.functions[index].regions, shape.main);
+        slots.clear();
+        slots.resize(regions.len(), 0);
+        for (r, &slot) in regions.iter().zip(&shape.slot_of) {
+            if let Some(sum) = slots.get_mut(slot as usize) {
+                *sum = sum.wrapping_add(r.count);
+            }
+        }
+        shape.shape.segments(slots, &mut data.segments);
+    }
+
+    /// The branches a summary of function `index` counts (see
+    /// [`Self::function_shape`]), in runs.
+    pub fn shaped_branches<'a>(&'a self, index: usize, shape: &'a FunctionShape) -> impl Iterator<Item = &'a [CountedRegion<'m>]> {
+        let f = &self.functions[index];
+        shape.branch_files.iter().map(move |&id| of_file_id(&f.branches, id))
+    }
+
     /// Functions of `file` grouped by where their body starts: the
     /// instantiations of one generic function form one group.
     pub fn instantiation_groups(&self, file: FileName) -> Vec<Vec<usize>> {
@@ -522,56 +567,112 @@ impl CoverageData<'_> {
     }
 }
 
-/// The regions of one stretch of a file, of all its functions, combined as
-/// the segment builder combines them (same extent: the counts of the first
-/// kind, in code, expansion, skipped order, added up), kept up to date as
-/// functions' parts (see [`Coverage::part_in_file_into`]) come and go: a
-/// header's macro expanded by a thousand functions is a handful of extents
-/// here, whichever of them ran.
+/// The segments of some regions with their counts left out, for regions
+/// whose counts change while they do not (a live agent's dumps): which of
+/// them combine into which *slot* (regions of one extent: the counts of the
+/// first kind, in code, expansion, skipped order, added up), and the
+/// segments the builder builds from the slots. The builder reads counts
+/// only to leave out a segment that repeats the last one: given the slots'
+/// counts, [`Shape::segments`] does that as it goes, and so gives the
+/// segments the builder would of the regions with those counts. A header's
+/// macro expanded by a thousand functions is a handful of slots here.
 #[derive(Debug, Default)]
-pub struct CombinedRegions {
-    /// By (start, end descending, kind), the builder's order: the sum of
-    /// the counts (wrapping, as the builder adds them) and how many.
-    extents: std::collections::BTreeMap<(u64, std::cmp::Reverse<u64>, RegionKind), (u64, u32)>,
+pub struct Shape {
+    segments: Vec<ShapedSegment>,
 }
 
-impl CombinedRegions {
-    pub fn add(&mut self, spans: &[Span]) {
-        for s in spans {
-            let e = self.extents.entry((s.start, std::cmp::Reverse(s.end), s.kind)).or_insert((0, 0));
-            e.0 = e.0.wrapping_add(s.count);
-            e.1 += 1;
-        }
-    }
+/// A segment of a [`Shape`]: its count is that of `slot` (the count of the
+/// region it takes its count from), and `skippable` when the builder would
+/// leave it out after a segment with the same count.
+#[derive(Debug, Clone, Copy)]
+struct ShapedSegment {
+    line: u32,
+    col: u32,
+    slot: u32,
+    has_count: bool,
+    is_region_entry: bool,
+    is_gap: bool,
+    skippable: bool,
+}
 
-    /// Takes back what [`Self::add`] added for these `spans`.
-    pub fn remove(&mut self, spans: &[Span]) {
-        for s in spans {
-            let key = (s.start, std::cmp::Reverse(s.end), s.kind);
-            if let Some(e) = self.extents.get_mut(&key) {
-                e.0 = e.0.wrapping_sub(s.count);
-                e.1 -= 1;
-                if e.1 == 0 {
-                    self.extents.remove(&key);
+/// What a function's summary reads of its regions, with their counts
+/// left out (see [`Coverage::function_shape`]).
+#[derive(Debug)]
+pub struct FunctionShape {
+    main: u32,
+    shape: Shape,
+    /// Of each region of its body's file, in order: its slot in `shape`.
+    slot_of: Vec<u32>,
+    branch_files: Vec<u32>,
+}
+
+/// No slot: a region of an extent whose first region is of another kind.
+pub const NO_SLOT: u32 = u32::MAX;
+
+impl Shape {
+    /// The shape of `spans` (their counts unread), and the slot each adds
+    /// its count to; `followed`: other regions of the file come after.
+    pub fn new(spans: &[Span], followed: bool) -> (Shape, Vec<u32>) {
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_unstable_by(|&a, &b| builder_order(&spans[a], &spans[b]));
+        let mut slot_of = vec![NO_SLOT; spans.len()];
+        let mut scratch = Scratch::default();
+        let combined = &mut scratch.spans;
+        for i in order {
+            let s = spans[i];
+            match combined.last() {
+                Some(first) if first.start == s.start && first.end == s.end => {
+                    if first.kind == s.kind {
+                        slot_of[i] = (combined.len() - 1) as u32;
+                    }
+                }
+                _ => {
+                    slot_of[i] = combined.len() as u32;
+                    // The builder copies a region's count into its segments:
+                    // here, the slot.
+                    combined.push(Span { count: combined.len() as u64, ..s });
                 }
             }
         }
+        let mut shape = Shape::default();
+        let mut unused = Vec::new();
+        let mut builder = SegmentBuilder {
+            regions: &scratch.spans,
+            segments: &mut unused,
+            shape: Some(&mut shape.segments),
+            active: &mut scratch.active,
+            completed: &mut scratch.completed,
+            followed,
+        };
+        builder.build();
+        shape.segments.shrink_to_fit();
+        (shape, slot_of)
     }
 
-    /// The segments, as [`Coverage::for_file_into`] builds those of a
-    /// whole file, into `data.segments`; `followed`: other regions of the
-    /// file come after these.
-    pub fn segments(&self, followed: bool, data: &mut CoverageData<'_>) {
-        let spans = &mut data.scratch.spans;
-        spans.clear();
-        for (&(start, std::cmp::Reverse(end), kind), &(count, _)) in &self.extents {
-            // The first kind of an extent stands for it.
-            if spans.last().is_some_and(|l: &Span| l.start == start && l.end == end) {
-                continue;
+    /// The segments with the slots' `counts`, into `out`.
+    pub fn segments(&self, counts: &[u64], out: &mut Vec<Segment>) {
+        out.clear();
+        for s in &self.segments {
+            let count = counts.get(s.slot as usize).copied().unwrap_or(0);
+            if s.skippable {
+                // As the builder's `start_segment`, which compares the
+                // region's count even where the segment has none.
+                if let Some(last) = out.last() {
+                    if last.has_count == s.has_count && last.count == count && !last.is_region_entry {
+                        continue;
+                    }
+                }
             }
-            spans.push(Span { start, end, count, kind });
+            let count = if s.has_count { count } else { 0 };
+            out.push(Segment {
+                line: s.line,
+                col: s.col,
+                count,
+                has_count: s.has_count,
+                is_region_entry: s.is_region_entry,
+                is_gap: s.is_gap,
+            });
         }
-        data.scratch.build_combined(&mut data.segments, followed);
     }
 }
 
@@ -587,6 +688,10 @@ pub struct Span {
 }
 
 impl Span {
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
     fn of(r: &CountedRegion<'_>) -> Span {
         let at = |(line, col): (u32, u32)| u64::from(line) << 32 | u64::from(col);
         Span { start: at(r.start()), end: at(r.end()), count: r.count, kind: r.kind() }
@@ -608,13 +713,9 @@ impl Scratch {
     /// Builds the segments of `self.spans` into `segments` (cleared first);
     /// `followed`: more regions of the file come after these.
     fn build_segments(&mut self, segments: &mut Vec<Segment>, followed: bool) {
-        // Outer regions first; among equal extents code before expansion
-        // before skipped, so the right region becomes active when they are
-        // combined. Ties (same extent and kind) are summed below, so the
-        // sort need not be stable.
-        self.spans.sort_unstable_by(|a, b| {
-            a.start.cmp(&b.start).then_with(|| b.end.cmp(&a.end)).then_with(|| a.kind.cmp(&b.kind))
-        });
+        // Ties (same extent and kind) are summed below, so the sort need not
+        // be stable.
+        self.spans.sort_unstable_by(builder_order);
         combine_regions(&mut self.spans);
         self.build_combined(segments, followed);
     }
@@ -627,12 +728,19 @@ impl Scratch {
         let mut builder = SegmentBuilder {
             regions: &self.spans,
             segments,
+            shape: None,
             active: &mut self.active,
             completed: &mut self.completed,
             followed,
         };
         builder.build();
     }
+}
+
+/// Outer regions first; among equal extents code before expansion before
+/// skipped, so the right region becomes active when they are combined.
+fn builder_order(a: &Span, b: &Span) -> std::cmp::Ordering {
+    a.start.cmp(&b.start).then_with(|| b.end.cmp(&a.end)).then_with(|| a.kind.cmp(&b.kind))
 }
 
 /// Regions with the same extent become one; counts of the same kind as the
@@ -650,6 +758,9 @@ fn combine_regions(regions: &mut Vec<Span>) {
 struct SegmentBuilder<'a> {
     regions: &'a [Span],
     segments: &'a mut Vec<Segment>,
+    /// Building a [`Shape`] (region counts are slots): every segment goes
+    /// here instead.
+    shape: Option<&'a mut Vec<ShapedSegment>>,
     /// Indices into `regions` of the regions still open, outermost first.
     active: &'a mut Vec<usize>,
     /// Scratch space for the regions completed at one step.
@@ -662,6 +773,19 @@ impl SegmentBuilder<'_> {
     fn start_segment(&mut self, region: usize, at: u64, is_region_entry: bool, emit_skipped: bool) {
         let r = &self.regions[region];
         let has_count = !emit_skipped && r.kind != RegionKind::Skipped;
+        let (line, col) = ((at >> 32) as u32, at as u32);
+        if let Some(shape) = &mut self.shape {
+            shape.push(ShapedSegment {
+                line,
+                col,
+                slot: r.count as u32,
+                has_count,
+                is_region_entry,
+                is_gap: has_count && r.kind == RegionKind::Gap,
+                skippable: !is_region_entry && !emit_skipped,
+            });
+            return;
+        }
         if !is_region_entry && !emit_skipped {
             if let Some(last) = self.segments.last() {
                 if last.has_count == has_count && last.count == r.count && !last.is_region_entry {
@@ -669,7 +793,6 @@ impl SegmentBuilder<'_> {
                 }
             }
         }
-        let (line, col) = ((at >> 32) as u32, at as u32);
         self.segments.push(if has_count {
             Segment { line, col, count: r.count, has_count: true, is_region_entry, is_gap: r.kind == RegionKind::Gap }
         } else {
@@ -888,5 +1011,46 @@ mod tests {
     fn unsorted_segments_do_not_hang() {
         let seg = |line, count| Segment { line, col: 1, count, has_count: true, is_region_entry: true, is_gap: false };
         assert_eq!(lines(&[seg(5, 1), seg(2, 3)]), vec![(5, 3)]);
+    }
+
+    #[test]
+    fn a_shape_given_counts_is_the_segments_built_with_them() {
+        // Regions nested, overlapping, of one extent, empty, of every kind,
+        // with counts from a few values (so that segments repeat their
+        // predecessor's count, which the builder leaves out), from a small
+        // deterministic generator.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let kinds = [RegionKind::Code, RegionKind::Code, RegionKind::Gap, RegionKind::Skipped, RegionKind::Expansion];
+        for _ in 0..2000 {
+            let mut regions = Vec::new();
+            for _ in 0..1 + next(8) {
+                let start = (1 + next(6) as u32, 1 + next(4) as u32);
+                let end = if next(5) == 0 { start } else { (start.0 + next(4) as u32, 1 + next(4) as u32) };
+                let end = end.max(start);
+                regions.push(region(kinds[next(kinds.len() as u64) as usize], start, end, next(3)));
+            }
+            let spans: Vec<Span> = regions.iter().map(Span::of).collect();
+            for followed in [false, true] {
+                let (shape, slot_of) = Shape::new(&spans, followed);
+                let mut slots = vec![0u64; spans.len()];
+                for (s, &slot) in spans.iter().zip(&slot_of) {
+                    if slot != NO_SLOT {
+                        slots[slot as usize] += s.count;
+                    }
+                }
+                let mut shaped = Vec::new();
+                shape.segments(&slots, &mut shaped);
+                let mut scratch = Scratch { spans: spans.clone(), ..Scratch::default() };
+                let mut built = Vec::new();
+                scratch.build_segments(&mut built, followed);
+                assert_eq!(shaped, built, "{regions:?}, followed: {followed}");
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex::Regex;
 
-use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion};
+use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion, FunctionShape};
 use crate::mapping::FileName;
 
 /// What to include, named after llvm-cov's options.
@@ -279,15 +279,37 @@ fn file_summary<'m>(coverage: &Coverage<'m>, file: FileName, data: &mut Coverage
 
 fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut CoverageData<'m>) -> Summary {
     coverage.for_function_into(index, data);
+    let mut s = lines_summary(&data.segments);
+    s.add_branches(&data.branches);
+    add_expansion_branches(coverage, &data.expansions, &mut s);
+    s
+}
+
+/// [`function_summary`] from the function's `shape`; `slots` is a buffer.
+fn shaped_summary<'m>(
+    coverage: &Coverage<'m>,
+    index: usize,
+    shape: &FunctionShape,
+    slots: &mut Vec<u64>,
+    data: &mut CoverageData<'m>,
+) -> Summary {
+    coverage.shaped_segments_into(index, shape, slots, data);
+    let mut s = lines_summary(&data.segments);
+    for branches in coverage.shaped_branches(index, shape) {
+        s.add_branches(branches);
+    }
+    s
+}
+
+/// The lines of a function's summary: mapped, and hit.
+fn lines_summary(segments: &[crate::coverage::Segment]) -> Summary {
     let mut s = Summary::default();
-    line_stats(&data.segments, |l, run| {
+    line_stats(segments, |l, run| {
         if l.mapped {
             s.lines += u64::from(run);
             s.lines_hit += if l.count > 0 { u64::from(run) } else { 0 };
         }
     });
-    s.add_branches(&data.branches);
-    add_expansion_branches(coverage, &data.expansions, &mut s);
     s
 }
 
@@ -375,30 +397,30 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
     branches.sort_by(|a, b| a.path.cmp(&b.path));
     // Instantiations of one generic function have branches at one place:
     // they are reported once, summed.
-    let mut summed: Vec<SummedBranch<'_>> = Vec::with_capacity(branches.len());
+    let mut summed: Vec<(u32, u64, u64)> = Vec::with_capacity(branches.len());
+    let mut last: Option<&BranchPath> = None;
     for b in branches {
         match summed.last_mut() {
-            Some(last) if *last.0 == b.path => {
-                last.1 = last.1.wrapping_add(b.count);
-                last.2 = last.2.wrapping_add(b.false_count);
+            Some(sum) if last == Some(&b.path) => {
+                sum.1 = sum.1.wrapping_add(b.count);
+                sum.2 = sum.2.wrapping_add(b.false_count);
             }
-            _ => summed.push((&b.path, b.count, b.false_count)),
+            _ => summed.push((b.path.line(), b.count, b.false_count)),
         }
+        last = Some(&b.path);
     }
     write_summed_branches(out, &summed);
 }
 
-/// A place and its branches' counts summed.
-type SummedBranch<'a> = (&'a BranchPath, u64, u64);
-
-/// The `BRDA` lines of branches summed by place, in place order.
-fn write_summed_branches(out: &mut String, summed: &[SummedBranch<'_>]) {
+/// The `BRDA` lines of branches summed by place, in place order: each
+/// place's line and its branches' counts summed.
+fn write_summed_branches(out: &mut String, summed: &[(u32, u64, u64)]) {
     let mut i = 0;
     while i < summed.len() {
-        let line = summed[i].0.line();
+        let line = summed[i].0;
         let mut pair = 0;
         let mut index = 0;
-        while i < summed.len() && summed[i].0.line() == line {
+        while i < summed.len() && summed[i].0 == line {
             let (_, count, false_count) = summed[i];
             // llvm-cov prints these counts as 32-bit unsigned values.
             let counts = [count as u32, false_count as u32];

@@ -34,10 +34,10 @@
 use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{defined_names, function_summary, placed_branches, push_int, push_line, write_fn_lines};
+use super::{defined_names, function_summary, placed_branches, push_int, push_line, shaped_summary, write_fn_lines};
 use super::{write_lines, write_placed_branches};
-use super::{write_summed_branches, BranchPath, PlacedBranch, SummedBranch, Summary};
-use crate::coverage::{CombinedRegions, Coverage, CoverageData, Span};
+use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
+use crate::coverage::{Coverage, CoverageData, FunctionShape, Shape, Span, NO_SLOT};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -111,41 +111,103 @@ struct Work<'m> {
     data: CoverageData<'m>,
     spans: Vec<Span>,
     branches: Vec<PlacedBranch>,
+    slots: Vec<u64>,
     fresh: Fresh,
 }
 
-/// The parts of a stretch's functions (as its `functions`): each one's
-/// regions and branches in the stretch, with their counts, and those
-/// combined. The parts are runs of two vectors for all (most have a few
+/// A stretch of several functions, or one that ran again, with its counts
+/// left out: the [`Shape`] of all its functions' regions, the places of
+/// their branches, and each function's part (as its `functions`): the slot
+/// of each of its regions, the place of each of its branches, and their
+/// counts as last computed. A function's part comes in the same order each
+/// time (the mapping's): a dump pairs it with the new counts and adds the
+/// difference to the slots and places, whose sums the lines are written
+/// from. The parts are runs of two vectors for all (most have a few
 /// regions: a vector each, its spare room, would be as large as them);
-/// `span_ends[k]` and `branch_ends[k]` end function `k`'s.
+/// `region_ends[k]` and `branch_ends[k]` end function `k`'s.
 #[derive(Debug, Default)]
 struct Kept {
-    spans: Vec<Span>,
-    span_ends: Vec<u32>,
-    branches: Vec<PlacedBranch>,
+    shape: Shape,
+    slots: Vec<u64>,
+    /// (slot or [`NO_SLOT`], count).
+    regions: Vec<(u32, u64)>,
+    region_ends: Vec<u32>,
+    /// By place: its line, and the counts of its branches summed
+    /// (wrapping, as a record sums them).
+    places: Vec<(u32, u64, u64)>,
+    /// (place, count, false count).
+    branches: Vec<(u32, u64, u64)>,
     branch_ends: Vec<u32>,
-    regions: CombinedRegions,
-    branches_combined: CombinedBranches,
 }
 
-/// Replaces run `k` of `all` (as [`Kept`]'s) with `new`, emptied.
-fn replace_run<T>(all: &mut Vec<T>, ends: &mut [u32], k: usize, new: &mut Vec<T>) {
-    let from = k.checked_sub(1).map_or(0, |k| ends[k] as usize);
-    let to = ends[k] as usize;
-    let (old_len, new_len) = (to - from, new.len());
-    all.splice(from..to, new.drain(..));
-    if new_len != old_len {
-        for end in &mut ends[k..] {
-            *end = (*end as usize + new_len - old_len) as u32;
+impl Kept {
+    /// Of the functions' parts: `parts[k]` is function `k`'s spans and
+    /// branches, in the order a dump computes them.
+    fn new(parts: &[(Vec<Span>, Vec<PlacedBranch>)], followed: bool) -> Kept {
+        let spans: Vec<Span> = parts.iter().flat_map(|(spans, _)| spans.iter().copied()).collect();
+        let (shape, slot_of) = Shape::new(&spans, followed);
+        let mut kept = Kept { shape, ..Kept::default() };
+        kept.slots = vec![0; slot_of.iter().filter(|&&s| s != NO_SLOT).max().map_or(0, |&s| s as usize + 1)];
+        for (s, &slot) in spans.iter().zip(&slot_of) {
+            kept.regions.push((slot, s.count()));
+            if let Some(sum) = kept.slots.get_mut(slot as usize) {
+                *sum = sum.wrapping_add(s.count());
+            }
+        }
+        let mut branches: Vec<(&BranchPath, usize)> =
+            parts.iter().flat_map(|(_, placed)| placed).enumerate().map(|(at, b)| (&b.path, at)).collect();
+        branches.sort();
+        let mut place_of = vec![0u32; branches.len()];
+        let mut last: Option<&BranchPath> = None;
+        for &(path, at) in &branches {
+            if last != Some(path) {
+                kept.places.push((path.line(), 0, 0));
+                last = Some(path);
+            }
+            place_of[at] = (kept.places.len() - 1) as u32;
+        }
+        for (b, &place) in parts.iter().flat_map(|(_, placed)| placed).zip(&place_of) {
+            kept.branches.push((place, b.count, b.false_count));
+            let sum = &mut kept.places[place as usize];
+            (sum.1, sum.2) = (sum.1.wrapping_add(b.count), sum.2.wrapping_add(b.false_count));
+        }
+        let ends = |lens: &mut dyn Iterator<Item = usize>| {
+            lens.scan(0, |end, len| {
+                *end += len as u32;
+                Some(*end)
+            })
+            .collect()
+        };
+        kept.region_ends = ends(&mut parts.iter().map(|(spans, _)| spans.len()));
+        kept.branch_ends = ends(&mut parts.iter().map(|(_, placed)| placed.len()));
+        kept.regions.shrink_to_fit();
+        kept.branches.shrink_to_fit();
+        kept
+    }
+
+    /// Function `k`'s part computed again: its `spans` and `branches`.
+    fn update(&mut self, k: usize, spans: &[Span], branches: &[PlacedBranch]) {
+        for (old, s) in run_mut(&mut self.regions, &self.region_ends, k).iter_mut().zip(spans) {
+            if let Some(sum) = self.slots.get_mut(old.0 as usize) {
+                *sum = sum.wrapping_sub(old.1).wrapping_add(s.count());
+            }
+            old.1 = s.count();
+        }
+        for (old, b) in run_mut(&mut self.branches, &self.branch_ends, k).iter_mut().zip(branches) {
+            if let Some(sum) = self.places.get_mut(old.0 as usize) {
+                sum.1 = sum.1.wrapping_sub(old.1).wrapping_add(b.count);
+                sum.2 = sum.2.wrapping_sub(old.2).wrapping_add(b.false_count);
+            }
+            (old.1, old.2) = (b.count, b.false_count);
         }
     }
 }
 
 /// Run `k` of `all` (as [`Kept`]'s).
-fn run<'a, T>(all: &'a [T], ends: &[u32], k: usize) -> &'a [T] {
+fn run_mut<'a, T>(all: &'a mut [T], ends: &[u32], k: usize) -> &'a mut [T] {
     let from = k.checked_sub(1).map_or(0, |k| ends[k] as usize);
-    &all[from..ends[k] as usize]
+    let to = ends.get(k).map_or(from, |&end| end as usize);
+    &mut all[from..to]
 }
 
 /// A function of a group, with its own summary and count.
@@ -157,11 +219,13 @@ struct Member {
     /// fewer branches than regions).
     summary: [u32; 4],
     executions: u64,
+    /// What its summary reads, once it ran again (see [`Kept`]).
+    shape: Option<Box<FunctionShape>>,
 }
 
 impl Member {
     fn new(function: u32, summary: Summary, executions: u64) -> Member {
-        let mut member = Member { function, summary: [0; 4], executions: 0 };
+        let mut member = Member { function, summary: [0; 4], executions: 0, shape: None };
         member.set(summary, executions);
         member
     }
@@ -352,6 +416,19 @@ impl LiveFile {
             }
         }
         let mut work = Work::default();
+        // The lines computed again take about as much room as they did.
+        let mut lengths = (0, 0);
+        for &k in &stretches {
+            let (da_from, brda_from) = match k.checked_sub(1) {
+                Some(before) => (self.stretches[before].da_end, self.stretches[before].brda_end),
+                None => (self.lines_at, self.stretches.last().map_or(0, |s| s.da_end)),
+            };
+            let s = &self.stretches[k];
+            lengths.0 += s.da_end.saturating_sub(da_from) as usize + 16;
+            lengths.1 += s.brda_end.saturating_sub(brda_from) as usize + 16;
+        }
+        work.fresh.da.reserve(lengths.0);
+        work.fresh.brda.reserve(lengths.1);
         let n = self.stretches.len();
         for k in stretches {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
@@ -361,7 +438,14 @@ impl LiveFile {
             for member in &mut self.members[range(self.groups[g])] {
                 if let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) {
                     let at = loaded[k].1;
-                    member.set(function_summary(coverage, at, &mut work.data), coverage.functions[at].execution_count);
+                    if member.shape.is_none() {
+                        member.shape = coverage.function_shape(at).map(Box::new);
+                    }
+                    let summary = match &member.shape {
+                        Some(shape) => shaped_summary(coverage, at, shape, &mut work.slots, &mut work.data),
+                        None => function_summary(coverage, at, &mut work.data),
+                    };
+                    member.set(summary, coverage.functions[at].execution_count);
                 }
             }
         }
@@ -473,90 +557,53 @@ impl Stretch {
         keep: bool,
         work: &mut Work<'m>,
     ) {
-        // Kept from the first dump after the first: the first one computes
-        // every stretch once and should cost no more than that.
-        if keep && self.kept.is_none() && functions.len() > 1 {
-            // Every function of the stretch is in `loaded` this time.
-            let ends = vec![0; functions.len()];
-            self.kept = Some(Box::new(Kept { span_ends: ends.clone(), branch_ends: ends, ..Kept::default() }));
-        }
-        let Work { data, spans, branches, fresh } = work;
-        spans.clear();
-        branches.clear();
+        let Work { data, spans, branches, fresh, .. } = work;
         let brda_from = fresh.brda.len() as u32;
-        match &mut self.kept {
-            Some(kept) => {
-                for &(i, at) in loaded {
-                    // `functions` is in load order, which is mapping order.
-                    let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
-                    kept.regions.remove(run(&kept.spans, &kept.span_ends, k));
-                    kept.branches_combined.remove(run(&kept.branches, &kept.branch_ends, k));
+        if let Some(kept) = &mut self.kept {
+            for &(i, at) in loaded {
+                // `functions` is in load order, which is mapping order.
+                let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
+                spans.clear();
+                branches.clear();
+                coverage.part_in_file_into(at, file, self.lines, spans, data);
+                placed_branches(coverage, data, branches);
+                kept.update(k, spans, branches);
+            }
+            kept.shape.segments(&kept.slots, &mut data.segments);
+            write_summed_branches(&mut fresh.brda, &kept.places);
+        } else if keep {
+            // Kept from the first dump after the first: the first one
+            // computes every stretch once and should cost no more than that.
+            // Every function of the stretch is in `loaded` this time.
+            let parts: Vec<(Vec<Span>, Vec<PlacedBranch>)> = functions
+                .iter()
+                .map(|&f| {
+                    let (mut spans, mut branches) = (Vec::new(), Vec::new());
+                    if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
+                        coverage.part_in_file_into(loaded[l].1, file, self.lines, &mut spans, data);
+                        placed_branches(coverage, data, &mut branches);
+                    }
+                    (spans, branches)
+                })
+                .collect();
+            let kept = self.kept.insert(Box::new(Kept::new(&parts, followed)));
+            kept.shape.segments(&kept.slots, &mut data.segments);
+            write_summed_branches(&mut fresh.brda, &kept.places);
+        } else {
+            // Every function of the stretch is in `loaded`.
+            spans.clear();
+            branches.clear();
+            for &(i, at) in loaded {
+                if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
                     coverage.part_in_file_into(at, file, self.lines, spans, data);
                     placed_branches(coverage, data, branches);
-                    kept.regions.add(spans);
-                    kept.branches_combined.add(branches);
-                    // In place: a part has as many regions as before.
-                    replace_run(&mut kept.spans, &mut kept.span_ends, k, spans);
-                    replace_run(&mut kept.branches, &mut kept.branch_ends, k, branches);
                 }
-                kept.spans.shrink_to_fit();
-                kept.branches.shrink_to_fit();
-                kept.regions.segments(followed, data);
-                kept.branches_combined.write(&mut fresh.brda);
             }
-            None => {
-                // Every function of the stretch is in `loaded`.
-                for &(i, at) in loaded {
-                    if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
-                        coverage.part_in_file_into(at, file, self.lines, spans, data);
-                        placed_branches(coverage, data, branches);
-                    }
-                }
-                data.segments_of(spans, followed);
-                write_placed_branches(&mut fresh.brda, branches.iter().collect());
-            }
+            data.segments_of(spans, followed);
+            write_placed_branches(&mut fresh.brda, branches.iter().collect());
         }
         let da_from = fresh.da.len() as u32;
         write_lines(&mut fresh.da, &data.segments);
         fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
-    }
-}
-
-/// The branches of one stretch of a file, of all its functions, summed by
-/// place as a record shows them, kept up to date as functions' branches
-/// come and go.
-#[derive(Debug, Default)]
-struct CombinedBranches {
-    /// By place: the sums of the counts (wrapping) and how many.
-    places: std::collections::BTreeMap<BranchPath, (u64, u64, u32)>,
-}
-
-impl CombinedBranches {
-    fn add(&mut self, branches: &[PlacedBranch]) {
-        for b in branches {
-            let e = self.places.entry(b.path.clone()).or_insert((0, 0, 0));
-            e.0 = e.0.wrapping_add(b.count);
-            e.1 = e.1.wrapping_add(b.false_count);
-            e.2 += 1;
-        }
-    }
-
-    fn remove(&mut self, branches: &[PlacedBranch]) {
-        for b in branches {
-            if let Some(e) = self.places.get_mut(&b.path) {
-                e.0 = e.0.wrapping_sub(b.count);
-                e.1 = e.1.wrapping_sub(b.false_count);
-                e.2 -= 1;
-                if e.2 == 0 {
-                    self.places.remove(&b.path);
-                }
-            }
-        }
-    }
-
-    /// The `BRDA` lines.
-    fn write(&self, out: &mut String) {
-        let summed: Vec<SummedBranch<'_>> = self.places.iter().map(|(p, &(c, f, _))| (p, c, f)).collect();
-        write_summed_branches(out, &summed);
     }
 }
