@@ -103,6 +103,11 @@ pub struct CoverageData<'m> {
     pub segments: Vec<Segment>,
     pub expansions: Vec<Expansion<'m>>,
     pub branches: Vec<CountedRegion<'m>>,
+    /// Of a function's part (see [`Coverage::part_in_file_into`]): where
+    /// each of its regions and of `branches` is in its record (`regions`,
+    /// `branches`).
+    pub region_positions: Vec<u32>,
+    pub branch_positions: Vec<u32>,
     scratch: Scratch,
 }
 
@@ -111,6 +116,8 @@ impl CoverageData<'_> {
         self.segments.clear();
         self.expansions.clear();
         self.branches.clear();
+        self.region_positions.clear();
+        self.branch_positions.clear();
         self.scratch.spans.clear();
     }
 }
@@ -121,6 +128,8 @@ impl CoverageData<'_> {
 pub struct Expanded<'m> {
     pub expansions: Vec<Expansion<'m>>,
     pub branches: Vec<CountedRegion<'m>>,
+    /// Where the first of `branches` is in the function's record.
+    pub branches_from: usize,
 }
 
 /// Line coverage of one source line.
@@ -274,13 +283,17 @@ impl<'m> Coverage<'m> {
                 f.filenames.get(r.region.file_id as usize) == Some(&file)
                     && (first..=last).contains(&r.region.line_start)
             };
-            for r in f.regions.iter().filter(|r| in_file(r)) {
+            for (at, r) in f.regions.iter().enumerate().filter(|(_, r)| in_file(r)) {
                 spans.push(Span::of(r));
+                data.region_positions.push(at as u32);
                 if main.is_some_and(|m| is_expansion_in(r, m)) {
                     data.expansions.push(Expansion { function: index, region: *r });
                 }
             }
-            data.branches.extend(f.branches.iter().filter(|r| in_file(r)).copied());
+            for (at, r) in f.branches.iter().enumerate().filter(|(_, r)| in_file(r)) {
+                data.branches.push(*r);
+                data.branch_positions.push(at as u32);
+            }
         }
     }
 
@@ -306,6 +319,7 @@ impl<'m> Coverage<'m> {
                 .map(|r| Expansion { function: index, region: *r })
                 .collect(),
             branches: of_file_id(&f.branches, file_id).to_vec(),
+            branches_from: f.branches.partition_point(|r| r.region.file_id < file_id),
         }
     }
 

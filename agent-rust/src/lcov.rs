@@ -365,30 +365,48 @@ fn collect_nested_branches<'m>(
     expansions: &[Expansion<'m>],
     path: &mut Vec<(u32, u32)>,
     out: &mut Vec<PlacedBranch>,
+    mut positions: Option<&mut Vec<u32>>,
 ) {
     for e in expansions {
         let inner = coverage.for_expansion(e);
         path.push(e.region.region.start());
-        collect_nested_branches(coverage, &inner.expansions, path, out);
-        for b in &inner.branches {
+        collect_nested_branches(coverage, &inner.expansions, path, out, positions.as_deref_mut());
+        for (j, b) in inner.branches.iter().enumerate() {
             if b.region.file_id == e.region.region.expanded_file_id && is_unfolded(b) {
-                out.extend(BranchPath::of(path).map(|path| placed(b, path)));
+                if let Some(path) = BranchPath::of(path) {
+                    out.push(placed(b, path));
+                    if let Some(positions) = positions.as_deref_mut() {
+                        positions.push((inner.branches_from + j) as u32);
+                    }
+                }
             }
         }
         path.pop();
     }
 }
 
-/// The branches of `data` (and of the expansions in it), unfolded ones.
-pub(crate) fn placed_branches<'m>(coverage: &Coverage<'m>, data: &CoverageData<'m>, out: &mut Vec<PlacedBranch>) {
+/// The branches of `data` (and of the expansions in it), unfolded ones;
+/// with `positions`, where each is in its function's record (`data` of
+/// one function's part, see [`CoverageData::branch_positions`]).
+pub(crate) fn placed_branches<'m>(
+    coverage: &Coverage<'m>,
+    data: &CoverageData<'m>,
+    out: &mut Vec<PlacedBranch>,
+    mut positions: Option<&mut Vec<u32>>,
+) {
     let own = |b: &CountedRegion<'_>| BranchPath { first: b.region.start(), rest: Vec::new() };
-    out.extend(data.branches.iter().filter(|b| is_unfolded(b)).map(|b| placed(b, own(b))));
-    collect_nested_branches(coverage, &data.expansions, &mut Vec::new(), out);
+    for (j, b) in data.branches.iter().enumerate().filter(|(_, b)| is_unfolded(b)) {
+        out.push(placed(b, own(b)));
+        if let Some(positions) = positions.as_deref_mut() {
+            positions.extend(data.branch_positions.get(j));
+        }
+    }
+    collect_nested_branches(coverage, &data.expansions, &mut Vec::new(), out, positions);
 }
 
 fn write_branches<'m>(out: &mut String, coverage: &Coverage<'m>, data: &CoverageData<'m>) {
     let mut branches = Vec::new();
-    placed_branches(coverage, data, &mut branches);
+    placed_branches(coverage, data, &mut branches, None);
     write_placed_branches(out, branches.iter().collect());
 }
 

@@ -37,7 +37,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use super::{defined_names, function_summary, placed_branches, push_int, push_line, shaped_summary, write_fn_lines};
 use super::{write_lines, write_placed_branches};
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
-use crate::coverage::{Coverage, CoverageData, FunctionShape, Shape, Span, NO_SLOT};
+use crate::coverage::{Coverage, CoverageData, FunctionRecord, FunctionShape, Shape, Span, NO_SLOT};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -117,45 +117,70 @@ struct Work<'m> {
 
 /// A stretch of several functions, or one that ran again, with its counts
 /// left out: the [`Shape`] of all its functions' regions, the places of
-/// their branches, and each function's part (as its `functions`): the slot
-/// of each of its regions, the place of each of its branches, and their
-/// counts as last computed. A function's part comes in the same order each
-/// time (the mapping's): a dump pairs it with the new counts and adds the
-/// difference to the slots and places, whose sums the lines are written
-/// from. The parts are runs of two vectors for all (most have a few
-/// regions: a vector each, its spare room, would be as large as them);
-/// `region_ends[k]` and `branch_ends[k]` end function `k`'s.
+/// their branches, and each function's part (as its `functions`): where
+/// each of its regions and branches is in its record, the slot or place it
+/// adds to, and its counts as last computed. A dump reads the new counts
+/// of the functions that ran from their records and adds the difference to
+/// the slots and places, whose sums the lines are written from. The parts
+/// are runs of two vectors for all (most have a few regions: a vector
+/// each, its spare room, would be as large as them); `region_ends[k]` and
+/// `branch_ends[k]` end function `k`'s.
 #[derive(Debug, Default)]
 struct Kept {
     shape: Shape,
     slots: Vec<u64>,
-    /// (slot or [`NO_SLOT`], count).
-    regions: Vec<(u32, u64)>,
+    regions: Vec<KeptRegion>,
     region_ends: Vec<u32>,
     /// By place: its line, and the counts of its branches summed
     /// (wrapping, as a record sums them).
     places: Vec<(u32, u64, u64)>,
-    /// (place, count, false count).
-    branches: Vec<(u32, u64, u64)>,
+    branches: Vec<KeptBranch>,
     branch_ends: Vec<u32>,
 }
 
+#[derive(Debug)]
+struct KeptRegion {
+    /// In the function's `regions`.
+    position: u32,
+    /// Or [`NO_SLOT`].
+    slot: u32,
+    count: u64,
+}
+
+#[derive(Debug)]
+struct KeptBranch {
+    /// In the function's `branches`.
+    position: u32,
+    place: u32,
+    counts: (u64, u64),
+}
+
+/// One function's part of a stretch, as [`Kept::new`] reads it: its
+/// regions and branches, and where each is in its record.
+#[derive(Default)]
+struct Part {
+    spans: Vec<Span>,
+    region_positions: Vec<u32>,
+    branches: Vec<PlacedBranch>,
+    branch_positions: Vec<u32>,
+}
+
 impl Kept {
-    /// Of the functions' parts: `parts[k]` is function `k`'s spans and
-    /// branches, in the order a dump computes them.
-    fn new(parts: &[(Vec<Span>, Vec<PlacedBranch>)], followed: bool) -> Kept {
-        let spans: Vec<Span> = parts.iter().flat_map(|(spans, _)| spans.iter().copied()).collect();
+    /// Of the functions' parts: `parts[k]` is function `k`'s.
+    fn new(parts: &[Part], followed: bool) -> Kept {
+        let spans: Vec<Span> = parts.iter().flat_map(|p| p.spans.iter().copied()).collect();
         let (shape, slot_of) = Shape::new(&spans, followed);
         let mut kept = Kept { shape, ..Kept::default() };
         kept.slots = vec![0; slot_of.iter().filter(|&&s| s != NO_SLOT).max().map_or(0, |&s| s as usize + 1)];
-        for (s, &slot) in spans.iter().zip(&slot_of) {
-            kept.regions.push((slot, s.count()));
+        let positions = parts.iter().flat_map(|p| &p.region_positions);
+        for ((s, &slot), &position) in spans.iter().zip(&slot_of).zip(positions) {
+            kept.regions.push(KeptRegion { position, slot, count: s.count() });
             if let Some(sum) = kept.slots.get_mut(slot as usize) {
                 *sum = sum.wrapping_add(s.count());
             }
         }
-        let mut branches: Vec<(&BranchPath, usize)> =
-            parts.iter().flat_map(|(_, placed)| placed).enumerate().map(|(at, b)| (&b.path, at)).collect();
+        let all_branches = || parts.iter().flat_map(|p| &p.branches);
+        let mut branches: Vec<(&BranchPath, usize)> = all_branches().enumerate().map(|(at, b)| (&b.path, at)).collect();
         branches.sort();
         let mut place_of = vec![0u32; branches.len()];
         let mut last: Option<&BranchPath> = None;
@@ -166,8 +191,9 @@ impl Kept {
             }
             place_of[at] = (kept.places.len() - 1) as u32;
         }
-        for (b, &place) in parts.iter().flat_map(|(_, placed)| placed).zip(&place_of) {
-            kept.branches.push((place, b.count, b.false_count));
+        let positions = parts.iter().flat_map(|p| &p.branch_positions);
+        for ((b, &place), &position) in all_branches().zip(&place_of).zip(positions) {
+            kept.branches.push(KeptBranch { position, place, counts: (b.count, b.false_count) });
             let sum = &mut kept.places[place as usize];
             (sum.1, sum.2) = (sum.1.wrapping_add(b.count), sum.2.wrapping_add(b.false_count));
         }
@@ -178,27 +204,29 @@ impl Kept {
             })
             .collect()
         };
-        kept.region_ends = ends(&mut parts.iter().map(|(spans, _)| spans.len()));
-        kept.branch_ends = ends(&mut parts.iter().map(|(_, placed)| placed.len()));
+        kept.region_ends = ends(&mut parts.iter().map(|p| p.spans.len()));
+        kept.branch_ends = ends(&mut parts.iter().map(|p| p.branches.len()));
         kept.regions.shrink_to_fit();
         kept.branches.shrink_to_fit();
         kept
     }
 
-    /// Function `k`'s part computed again: its `spans` and `branches`.
-    fn update(&mut self, k: usize, spans: &[Span], branches: &[PlacedBranch]) {
-        for (old, s) in run_mut(&mut self.regions, &self.region_ends, k).iter_mut().zip(spans) {
-            if let Some(sum) = self.slots.get_mut(old.0 as usize) {
-                *sum = sum.wrapping_sub(old.1).wrapping_add(s.count());
+    /// Function `k`'s part read again from its `record`.
+    fn update(&mut self, k: usize, record: &FunctionRecord<'_>) {
+        for r in run_mut(&mut self.regions, &self.region_ends, k) {
+            let count = record.regions.get(r.position as usize).map_or(0, |c| c.count);
+            if let Some(sum) = self.slots.get_mut(r.slot as usize) {
+                *sum = sum.wrapping_sub(r.count).wrapping_add(count);
             }
-            old.1 = s.count();
+            r.count = count;
         }
-        for (old, b) in run_mut(&mut self.branches, &self.branch_ends, k).iter_mut().zip(branches) {
-            if let Some(sum) = self.places.get_mut(old.0 as usize) {
-                sum.1 = sum.1.wrapping_sub(old.1).wrapping_add(b.count);
-                sum.2 = sum.2.wrapping_sub(old.2).wrapping_add(b.false_count);
+        for b in run_mut(&mut self.branches, &self.branch_ends, k) {
+            let counts = record.branches.get(b.position as usize).map_or((0, 0), |c| (c.count, c.false_count));
+            if let Some(sum) = self.places.get_mut(b.place as usize) {
+                sum.1 = sum.1.wrapping_sub(b.counts.0).wrapping_add(counts.0);
+                sum.2 = sum.2.wrapping_sub(b.counts.1).wrapping_add(counts.1);
             }
-            (old.1, old.2) = (b.count, b.false_count);
+            b.counts = counts;
         }
     }
 }
@@ -563,11 +591,7 @@ impl Stretch {
             for &(i, at) in loaded {
                 // `functions` is in load order, which is mapping order.
                 let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
-                spans.clear();
-                branches.clear();
-                coverage.part_in_file_into(at, file, self.lines, spans, data);
-                placed_branches(coverage, data, branches);
-                kept.update(k, spans, branches);
+                kept.update(k, &coverage.functions[at]);
             }
             kept.shape.segments(&kept.slots, &mut data.segments);
             write_summed_branches(&mut fresh.brda, &kept.places);
@@ -575,15 +599,16 @@ impl Stretch {
             // Kept from the first dump after the first: the first one
             // computes every stretch once and should cost no more than that.
             // Every function of the stretch is in `loaded` this time.
-            let parts: Vec<(Vec<Span>, Vec<PlacedBranch>)> = functions
+            let parts: Vec<Part> = functions
                 .iter()
                 .map(|&f| {
-                    let (mut spans, mut branches) = (Vec::new(), Vec::new());
+                    let mut part = Part::default();
                     if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                        coverage.part_in_file_into(loaded[l].1, file, self.lines, &mut spans, data);
-                        placed_branches(coverage, data, &mut branches);
+                        coverage.part_in_file_into(loaded[l].1, file, self.lines, &mut part.spans, data);
+                        part.region_positions = std::mem::take(&mut data.region_positions);
+                        placed_branches(coverage, data, &mut part.branches, Some(&mut part.branch_positions));
                     }
-                    (spans, branches)
+                    part
                 })
                 .collect();
             let kept = self.kept.insert(Box::new(Kept::new(&parts, followed)));
@@ -596,7 +621,7 @@ impl Stretch {
             for &(i, at) in loaded {
                 if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
                     coverage.part_in_file_into(at, file, self.lines, spans, data);
-                    placed_branches(coverage, data, branches);
+                    placed_branches(coverage, data, branches, None);
                 }
             }
             data.segments_of(spans, followed);
