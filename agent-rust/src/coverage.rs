@@ -666,6 +666,7 @@ impl Shape {
     /// The segments with the slots' `counts`, into `out`.
     pub fn segments(&self, counts: &[u64], out: &mut Vec<Segment>) {
         out.clear();
+        out.reserve(self.segments.len());
         for s in &self.segments {
             let count = counts.get(s.slot as usize).copied().unwrap_or(0);
             if s.skippable {

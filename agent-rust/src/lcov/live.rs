@@ -588,10 +588,20 @@ impl Stretch {
         let Work { data, spans, branches, fresh, .. } = work;
         let brda_from = fresh.brda.len() as u32;
         if let Some(kept) = &mut self.kept {
-            for &(i, at) in loaded {
-                // `functions` is in load order, which is mapping order.
-                let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) else { continue };
-                kept.update(k, &coverage.functions[at]);
+            // Both by mapping index (`functions` is in load order, which is
+            // mapping order): the shorter one is walked, the other searched.
+            if functions.len() <= loaded.len() {
+                for (k, &f) in functions.iter().enumerate() {
+                    if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
+                        kept.update(k, &coverage.functions[loaded[l].1]);
+                    }
+                }
+            } else {
+                for &(i, at) in loaded {
+                    if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
+                        kept.update(k, &coverage.functions[at]);
+                    }
+                }
             }
             kept.shape.segments(&kept.slots, &mut data.segments);
             write_summed_branches(&mut fresh.brda, &kept.places);
