@@ -211,10 +211,13 @@ impl Kept {
         kept
     }
 
-    /// Function `k`'s part read again from its `record`.
-    fn update(&mut self, k: usize, record: &FunctionRecord<'_>) {
+    /// Function `k`'s part read again from its `record`: whether a count
+    /// of it changed.
+    fn update(&mut self, k: usize, record: &FunctionRecord<'_>) -> bool {
+        let mut changed = false;
         for r in run_mut(&mut self.regions, &self.region_ends, k) {
             let count = record.regions.get(r.position as usize).map_or(0, |c| c.count);
+            changed |= count != r.count;
             if let Some(sum) = self.slots.get_mut(r.slot as usize) {
                 *sum = sum.wrapping_sub(r.count).wrapping_add(count);
             }
@@ -222,12 +225,14 @@ impl Kept {
         }
         for b in run_mut(&mut self.branches, &self.branch_ends, k) {
             let counts = record.branches.get(b.position as usize).map_or((0, 0), |c| (c.count, c.false_count));
+            changed |= counts != b.counts;
             if let Some(sum) = self.places.get_mut(b.place as usize) {
                 sum.1 = sum.1.wrapping_sub(b.counts.0).wrapping_add(counts.0);
                 sum.2 = sum.2.wrapping_sub(b.counts.1).wrapping_add(counts.1);
             }
             b.counts = counts;
         }
+        changed
     }
 }
 
@@ -590,18 +595,23 @@ impl Stretch {
         if let Some(kept) = &mut self.kept {
             // Both by mapping index (`functions` is in load order, which is
             // mapping order): the shorter one is walked, the other searched.
+            let mut changed = false;
             if functions.len() <= loaded.len() {
                 for (k, &f) in functions.iter().enumerate() {
                     if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                        kept.update(k, &coverage.functions[loaded[l].1]);
+                        changed |= kept.update(k, &coverage.functions[loaded[l].1]);
                     }
                 }
             } else {
                 for &(i, at) in loaded {
                     if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
-                        kept.update(k, &coverage.functions[at]);
+                        changed |= kept.update(k, &coverage.functions[at]);
                     }
                 }
+            }
+            if !changed {
+                // A function ran elsewhere: these lines are the last text's.
+                return;
             }
             kept.shape.segments(&kept.slots, &mut data.segments);
             write_summed_branches(&mut fresh.brda, &kept.places);
