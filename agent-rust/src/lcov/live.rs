@@ -512,7 +512,9 @@ impl LiveFile {
             // Checking it again would cost as much as copying it.
             out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
         };
-        let mut out = String::with_capacity(last.len().max(self.head * 2));
+        // Counts only grow: the text a little longer than the last, whose
+        // growth would copy it all again.
+        let mut out = String::with_capacity((last.len() + last.len() / 32 + 64).max(self.head * 2));
         copy(&mut out, (0, self.head as u32));
         // As `super::write_fnda_lines`, from the names in the head.
         for (&count, &name) in self.executions.iter().zip(&self.names) {
