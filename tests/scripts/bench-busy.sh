@@ -9,11 +9,14 @@
 #    Unix socket, each BENCH_BUSY_GAP_MS (default 300) ms after the last
 #    while traffic runs, so that every dump has the server's background
 #    work and requests to catch up on (curl's time_total: the whole answer,
-#    1.8 MB of LCOV, included); then as many with the timers only (no
+#    1.8 MB of LCOV, included, and discarded: writing it to a file would
+#    add curl's own time); then as many with the timers only (no
 #    traffic). p50 and p95 of each.
 # 2. The peer on the same snapshot: the server held still (`DEBUG SLEEP`),
 #    its `?format=profraw` before and after (they must be the same bytes),
-#    and between them one dump; then `llvm-profdata merge -sparse` and
+#    and between them one dump; then dumps of the held server, where
+#    nothing changed (what answering costs without computing); then
+#    `llvm-profdata merge -sparse` and
 #    `llvm-cov export -format=lcov` of LLVM 22 with the binary, median of
 #    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
 #    the dump is llvm-cov's report byte for byte.
@@ -124,7 +127,7 @@ start_server yes
 traffic 600
 sleep 1
 rss_agent=$(rss_kib)
-t_cold=$(dump "$work/cold.lcov")
+t_cold=$(dump /dev/null)
 rss_1=$(rss_kib)
 log "$dumps dumps under traffic, ${gap_ms} ms apart"
 cpu_before=$(agent_cpu_ns)
@@ -132,14 +135,14 @@ cpu_before=$(agent_cpu_ns)
 n=1
 for _ in $(seq "$dumps"); do
     sleep_ms "$gap_ms"
-    dump "$work/busy.lcov" >>"$work/t_busy"
+    dump /dev/null >>"$work/t_busy"
     n=$((n + 1))
     [ "$n" -eq 10 ] && rss_10=$(rss_kib)
 done
 cpu_busy=$((($(agent_cpu_ns) - cpu_before) / dumps))
 while [ "$n" -lt 100 ]; do
     sleep_ms 50
-    dump "$work/busy.lcov" >/dev/null
+    dump /dev/null >/dev/null
     n=$((n + 1))
 done
 rss_100=$(rss_kib)
@@ -150,7 +153,7 @@ cpu_before=$(agent_cpu_ns)
 : >"$work/t_timers"
 for _ in $(seq "$dumps"); do
     sleep_ms "$gap_ms"
-    dump "$work/timers.lcov" >>"$work/t_timers"
+    dump /dev/null >>"$work/t_timers"
 done
 cpu_timers=$((($(agent_cpu_ns) - cpu_before) / dumps))
 
@@ -164,6 +167,8 @@ sleep 1
 curl -s --max-time 30 --unix-socket "$socket" -o "$work/before.profraw" 'localhost/coverage?format=profraw'
 t_held=$(dump "$work/held.lcov")
 curl -s --max-time 30 --unix-socket "$socket" -o "$work/after.profraw" 'localhost/coverage?format=profraw'
+: >"$work/t_unchanged"
+for _ in $(seq 10); do dump /dev/null >>"$work/t_unchanged"; done
 same_moment=no
 cmp -s "$work/before.profraw" "$work/after.profraw" && same_moment=yes
 : >"$work/t_llvm"
@@ -219,6 +224,7 @@ printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(
 printf "%-62s %10.2f %10.2f\n" "dump with the timers only, ms ($dumps)" "$(median <"$work/t_timers")" "$(p95 <"$work/t_timers")"
 awk -v n="$cpu_busy" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic (mean, schedstat), ms", n / 1e6, "-" }'
 awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'
+printf "%-62s %10.2f %10.2f\n" "dump of the held server (nothing changed), ms (10)" "$(median <"$work/t_unchanged")" "$(p95 <"$work/t_unchanged")"
 printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
 printf "%-62s %10.2f %10s\n" "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm" "-"
 awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic (p50; goal: at least 100x)", l / d, "-" }'
