@@ -346,19 +346,15 @@ impl<'m> Coverage<'m> {
         let regions = of_file_id(&f.regions, main);
         let spans: Vec<Span> = regions.iter().map(Span::of).collect();
         let (shape, slot_of) = Shape::new(&spans, false);
-        // As a summary reads them: the body's file, each file an expansion
-        // in it expands, and so on (a file id twice if two expansions
-        // expand it). Malformed expansions could form a cycle: the walk
-        // takes at most one step per region.
-        let mut branch_files = vec![main];
-        let mut next = 0;
-        while next < branch_files.len() && branch_files.len() <= f.regions.len() {
-            let id = branch_files[next];
-            let expanded = of_file_id(&f.regions, id).iter().filter(|r| is_expansion_in(r, id));
-            branch_files.extend(expanded.map(|r| r.region.expanded_file_id));
-            next += 1;
-        }
-        Some(FunctionShape { main, shape, slot_of, branch_files })
+        Some(FunctionShape { main, shape, slot_of, branch_files: summary_branch_files(f, main) })
+    }
+
+    /// The branches a summary of function `index` counts, in runs: those
+    /// of its body's file and of the files its expansions expand, nested.
+    pub fn summary_branches(&self, index: usize) -> impl Iterator<Item = &[CountedRegion<'m>]> {
+        let f = &self.functions[index];
+        let files = f.main_file.map_or_else(Vec::new, |main| summary_branch_files(f, main));
+        files.into_iter().map(move |id| of_file_id(&f.branches, id))
     }
 
     /// The segments of function `index` (as [`Self::for_function_into`])
@@ -375,8 +371,7 @@ impl<'m> Coverage<'m> {
         shape.shape.segments(slots, &mut data.segments);
     }
 
-    /// The branches a summary of function `index` counts (see
-    /// [`Self::function_shape`]), in runs.
+    /// [`Self::summary_branches`], from the function's `shape`.
     pub fn shaped_branches<'a>(&'a self, index: usize, shape: &'a FunctionShape) -> impl Iterator<Item = &'a [CountedRegion<'m>]> {
         let f = &self.functions[index];
         shape.branch_files.iter().map(move |&id| of_file_id(&f.branches, id))
@@ -443,6 +438,22 @@ fn main_file_id(num_files: usize, regions: &[Region]) -> Option<u32> {
         }
     }
     expanded.iter().position(|e| !e).map(|i| i as u32)
+}
+
+/// The file ids of the branches a function's summary counts: its body's
+/// (`main`), each one an expansion in it expands, and so on (an id twice if
+/// two expansions expand it). Malformed expansions could form a cycle: the
+/// walk takes at most one step per region.
+fn summary_branch_files(f: &FunctionRecord<'_>, main: u32) -> Vec<u32> {
+    let mut files = vec![main];
+    let mut next = 0;
+    while next < files.len() && files.len() <= f.regions.len() {
+        let id = files[next];
+        let expanded = of_file_id(&f.regions, id).iter().filter(|r| is_expansion_in(r, id));
+        files.extend(expanded.map(|r| r.region.expanded_file_id));
+        next += 1;
+    }
+    files
 }
 
 /// The regions of one file id, among regions in mapping order (file id by

@@ -280,8 +280,9 @@ fn file_summary<'m>(coverage: &Coverage<'m>, file: FileName, data: &mut Coverage
 fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut CoverageData<'m>) -> Summary {
     coverage.for_function_into(index, data);
     let mut s = lines_summary(&data.segments);
-    s.add_branches(&data.branches);
-    add_expansion_branches(coverage, &data.expansions, &mut s);
+    for branches in coverage.summary_branches(index) {
+        s.add_branches(branches);
+    }
     s
 }
 
@@ -311,14 +312,6 @@ fn lines_summary(segments: &[crate::coverage::Segment]) -> Summary {
         }
     });
     s
-}
-
-fn add_expansion_branches<'m>(coverage: &Coverage<'m>, expansions: &[Expansion<'m>], s: &mut Summary) {
-    for e in expansions {
-        let inner = coverage.for_expansion(e);
-        s.add_branches(&inner.branches);
-        add_expansion_branches(coverage, &inner.expansions, s);
-    }
 }
 
 /// A branch as a record shows it: the chain of expansion starts that leads

@@ -115,8 +115,8 @@ struct Work<'m> {
     fresh: Fresh,
 }
 
-/// A stretch of several functions, or one that ran again, with its counts
-/// left out: the [`Shape`] of all its functions' regions, the places of
+/// A stretch computed again by a dump (from the second dump that reaches
+/// it on), with its counts left out: the [`Shape`] of all its functions' regions, the places of
 /// their branches, and each function's part (as its `functions`): where
 /// each of its regions and branches is in its record, the slot or place it
 /// adds to, and its counts as last computed. A dump reads the new counts
@@ -209,6 +209,28 @@ impl Kept {
         kept.regions.shrink_to_fit();
         kept.branches.shrink_to_fit();
         kept
+    }
+
+    /// The parts of the stretch's `functions` that are `loaded` ((mapping
+    /// index, place in `coverage`), both by mapping index) read again:
+    /// whether a count of them changed.
+    fn update_loaded(&mut self, coverage: &Coverage<'_>, functions: &[u32], loaded: &[(usize, usize)]) -> bool {
+        // The shorter one is walked, the other searched.
+        let mut changed = false;
+        if functions.len() <= loaded.len() {
+            for (k, &f) in functions.iter().enumerate() {
+                if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
+                    changed |= self.update(k, &coverage.functions[loaded[l].1]);
+                }
+            }
+        } else {
+            for &(i, at) in loaded {
+                if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
+                    changed |= self.update(k, &coverage.functions[at]);
+                }
+            }
+        }
+        changed
     }
 
     /// Function `k`'s part read again from its `record`: whether a count
@@ -594,30 +616,8 @@ impl Stretch {
     ) {
         let Work { data, spans, branches, fresh, .. } = work;
         let brda_from = fresh.brda.len() as u32;
-        if let Some(kept) = &mut self.kept {
-            // Both by mapping index (`functions` is in load order, which is
-            // mapping order): the shorter one is walked, the other searched.
-            let mut changed = false;
-            if functions.len() <= loaded.len() {
-                for (k, &f) in functions.iter().enumerate() {
-                    if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                        changed |= kept.update(k, &coverage.functions[loaded[l].1]);
-                    }
-                }
-            } else {
-                for &(i, at) in loaded {
-                    if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
-                        changed |= kept.update(k, &coverage.functions[at]);
-                    }
-                }
-            }
-            if !changed {
-                // A function ran elsewhere: these lines are the last text's.
-                return;
-            }
-            kept.shape.segments(&kept.slots, &mut data.segments);
-            write_summed_branches(&mut fresh.brda, &kept.places);
-        } else if keep {
+        let new_kept = keep && self.kept.is_none();
+        if new_kept {
             // Kept from the first dump after the first: the first one
             // computes every stretch once and should cost no more than that.
             // Every function of the stretch is in `loaded` this time.
@@ -633,7 +633,13 @@ impl Stretch {
                     part
                 })
                 .collect();
-            let kept = self.kept.insert(Box::new(Kept::new(&parts, followed)));
+            self.kept = Some(Box::new(Kept::new(&parts, followed)));
+        }
+        if let Some(kept) = &mut self.kept {
+            if !new_kept && !kept.update_loaded(coverage, functions, loaded) {
+                // A function ran elsewhere: these lines are the last text's.
+                return;
+            }
             kept.shape.segments(&kept.slots, &mut data.segments);
             write_summed_branches(&mut fresh.brda, &kept.places);
         } else {
