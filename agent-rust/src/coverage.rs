@@ -8,6 +8,8 @@
 //! `CoverageMapping.cpp` of LLVM 22 step by step, because LCOV numbers are
 //! only identical to llvm-cov's when every tie is broken the same way.
 
+use std::collections::hash_map::Entry;
+
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::mapping::{Counter, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
@@ -272,11 +274,21 @@ impl<'m> Coverage<'m> {
 
     /// The regions (as spans), expansions and branches in `file` of the
     /// functions `of`, on `lines` only when given.
+    ///
+    /// Of a whole file, a function whose regions there have the extents
+    /// and kinds of an earlier one's (an instantiation of the same generic
+    /// function) adds its counts to that one's spans rather than its own:
+    /// the builder would sum them anyway (see [`combine_regions`]), and the
+    /// sort has a copy fewer to order.
     fn collect_in_file(&self, file: FileName, of: &[usize], lines: Option<(u32, u32)>, data: &mut CoverageData<'m>) {
         data.clear();
         let spans = &mut data.scratch.spans;
         let (first, last) = lines.unwrap_or((0, u32::MAX));
+        // Where the spans of each function kept whole start, by their first
+        // start and their number.
+        let mut runs: FxHashMap<(u64, usize), usize> = FxHashMap::default();
         for &index in of {
+            let from = spans.len();
             let f = &self.functions[index];
             let main = f.main_file.filter(|&m| f.filenames[m as usize] == file);
             let in_file = |r: &CountedRegion| {
@@ -293,6 +305,24 @@ impl<'m> Coverage<'m> {
             for (at, r) in f.branches.iter().enumerate().filter(|(_, r)| in_file(r)) {
                 data.branches.push(*r);
                 data.branch_positions.push(at as u32);
+            }
+            let Some(start) = spans.get(from).map(|s| s.start).filter(|_| lines.is_none()) else { continue };
+            let n = spans.len() - from;
+            match runs.entry((start, n)) {
+                Entry::Vacant(entry) => {
+                    entry.insert(from);
+                }
+                Entry::Occupied(entry) => {
+                    let (kept, copy) = spans.split_at_mut(from);
+                    let kept = &mut kept[*entry.get()..][..n];
+                    if kept.iter().zip(&*copy).all(|(k, c)| (k.start, k.end, k.kind) == (c.start, c.end, c.kind)) {
+                        for (k, c) in kept.iter_mut().zip(&*copy) {
+                            k.count = k.count.wrapping_add(c.count);
+                        }
+                        spans.truncate(from);
+                        data.region_positions.truncate(from);
+                    }
+                }
             }
         }
     }
@@ -377,6 +407,18 @@ impl<'m> Coverage<'m> {
         shape.branch_files.iter().map(move |&id| of_file_id(&f.branches, id))
     }
 
+    /// Whether functions `a` and `b` have the same regions and branches
+    /// with the same counts, so that any summary of one is the other's: the
+    /// instantiations of a generic function that never ran, or ran alike.
+    pub fn same_counts(&self, a: usize, b: usize) -> bool {
+        let (f, g) = (&self.functions[a], &self.functions[b]);
+        let same = |x: &[CountedRegion<'m>], y: &[CountedRegion<'m>]| {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|(x, y)| x.count == y.count && x.false_count == y.false_count && x.region == y.region)
+        };
+        f.main_file == g.main_file && same(&f.regions, &g.regions) && same(&f.branches, &g.branches)
+    }
+
     /// Functions of `file` grouped by where their body starts: the
     /// instantiations of one generic function form one group.
     pub fn instantiation_groups(&self, file: FileName) -> Vec<Vec<usize>> {
@@ -459,6 +501,12 @@ fn summary_branch_files(f: &FunctionRecord<'_>, main: u32) -> Vec<u32> {
 /// The regions of one file id, among regions in mapping order (file id by
 /// file id: a function with many macros expands many files).
 fn of_file_id<'a, 'm>(regions: &'a [CountedRegion<'m>], file_id: u32) -> &'a [CountedRegion<'m>] {
+    // Most functions have one file id: no search (each probe reads a
+    // region elsewhere in memory).
+    match (regions.first(), regions.last()) {
+        (Some(first), Some(last)) if first.region.file_id == file_id && last.region.file_id == file_id => return regions,
+        _ => {}
+    }
     let from = regions.partition_point(|r| r.region.file_id < file_id);
     let to = from + regions[from..].partition_point(|r| r.region.file_id == file_id);
     &regions[from..to]

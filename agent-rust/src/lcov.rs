@@ -260,8 +260,7 @@ fn file_summary<'m>(coverage: &Coverage<'m>, file: FileName, data: &mut Coverage
     for group in coverage.instantiation_groups(file) {
         let mut group_summary: Option<Summary> = None;
         let mut executions = 0u64;
-        for &index in &group {
-            let s = function_summary(coverage, index, data);
+        for (&index, s) in group.iter().zip(member_summaries(coverage, &group, data)) {
             executions = executions.wrapping_add(coverage.functions[index].execution_count);
             match &mut group_summary {
                 None => group_summary = Some(s),
@@ -275,6 +274,30 @@ fn file_summary<'m>(coverage: &Coverage<'m>, file: FileName, data: &mut Coverage
         }
     }
     (total, functions, hit)
+}
+
+/// The summary of each function of an instantiation group, in order. A
+/// member counted as an earlier one was (most instantiations never run)
+/// takes that one's summary rather than building its segments again.
+fn member_summaries<'m>(coverage: &Coverage<'m>, group: &[usize], data: &mut CoverageData<'m>) -> Vec<Summary> {
+    // The members compared with: the last few of distinct counts, which
+    // bounds the work on a group of thousands that all ran differently.
+    const COMPARED: usize = 4;
+    let mut distinct: Vec<(usize, Summary)> = Vec::new();
+    group
+        .iter()
+        .map(|&index| {
+            let earlier = distinct.iter().rev().take(COMPARED).find(|&&(d, _)| coverage.same_counts(d, index));
+            match earlier {
+                Some(&(_, s)) => s,
+                None => {
+                    let s = function_summary(coverage, index, data);
+                    distinct.push((index, s));
+                    s
+                }
+            }
+        })
+        .collect()
 }
 
 fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut CoverageData<'m>) -> Summary {

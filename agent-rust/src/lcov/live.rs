@@ -34,7 +34,7 @@
 use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{defined_names, function_summary, placed_branches, push_int, push_line, shaped_summary, write_fn_lines};
+use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, shaped_summary, write_fn_lines};
 use super::{write_lines, write_placed_branches};
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
 use crate::coverage::{Coverage, CoverageData, FunctionRecord, FunctionShape, Shape, Span, NO_SLOT};
@@ -411,9 +411,10 @@ impl LiveFile {
         let mut group_of = Vec::new();
         for (g, members) in coverage.instantiation_groups(file).into_iter().enumerate() {
             let from = live.members.len();
-            live.members.extend(members.iter().map(|&at| {
+            let summaries = member_summaries(coverage, &members, &mut work.data);
+            live.members.extend(members.iter().zip(summaries).map(|(&at, summary)| {
                 let f = &coverage.functions[at];
-                Member::new(f.mapping_index as u32, function_summary(coverage, at, &mut work.data), f.execution_count)
+                Member::new(f.mapping_index as u32, summary, f.execution_count)
             }));
             live.groups.push((from as u32, live.members.len() as u32));
             group_of.extend(live.members[from..].iter().map(|m| (m.function, g as u32)));
