@@ -178,57 +178,45 @@ impl<'m> Coverage<'m> {
         Self::load(mapping, counters, indices, false)
     }
 
+    /// [`for_lcov`](Self::for_lcov), or [`new`](Self::new) with `mcdc`,
+    /// counting the functions on up to `threads` threads: a whole program
+    /// has tens of thousands, each counted apart from the others.
+    pub fn load_on(mapping: &'m CoverageMapping, counters: &(dyn CounterSource + Sync), mcdc: bool, threads: usize) -> Self {
+        // Below some thousands of functions a thread costs more than it saves.
+        let n = mapping.functions.len();
+        let threads = threads.clamp(1, n / 4096 + 1);
+        if threads == 1 {
+            return Self::load(mapping, counters, 0..n, mcdc);
+        }
+        let chunk = n.div_ceil(threads);
+        let count = |part: std::ops::Range<usize>| -> Vec<Counted<'m>> {
+            part.map(|i| count_function(mapping, counters, i, mcdc)).collect()
+        };
+        let parts: Vec<Vec<Counted<'m>>> = std::thread::scope(|scope| {
+            let others: Vec<_> =
+                (1..threads).map(|t| scope.spawn(move || count(t * chunk..((t + 1) * chunk).min(n)))).collect();
+            let mut parts = vec![count(0..chunk.min(n))];
+            parts.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
+            parts
+        });
+        let mut loader = Loader::new(mapping, n);
+        for (i, counted) in parts.into_iter().flatten().enumerate() {
+            loader.add(i, counted);
+        }
+        loader.coverage
+    }
+
     fn load(
         mapping: &'m CoverageMapping,
         counters: &dyn CounterSource,
         indices: impl Iterator<Item = usize>,
         mcdc: bool,
     ) -> Self {
-        let mut coverage = Coverage {
-            mapping,
-            functions: Vec::new(),
-            mismatched: Vec::new(),
-            by_file: FxHashMap::default(),
-        };
-        // (files, name) pairs already loaded: a later record of the same
-        // function from another object is a duplicate.
-        let expected = indices.size_hint().0;
-        let mut provenance: FxHashSet<(&[FileName], &str)> =
-            FxHashSet::with_capacity_and_hasher(expected, Default::default());
-        coverage.functions.reserve(expected);
-        for (i, f) in indices.filter_map(|i| mapping.functions.get(i).map(|f| (i, f))) {
-            let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(f.name_ref, f.hash) {
-                Lookup::Found { counters, bitmap } => (counters, bitmap),
-                Lookup::HashMismatch => {
-                    coverage.mismatched.push((f.name.clone(), f.hash));
-                    continue;
-                }
-                // Never ran (or not in this profile): every counter is zero.
-                Lookup::Unknown => (&[], &[]),
-            };
-            let Some(first) = f.regions.first() else { continue };
-            // A zero-region stub from a unit where the function is unused,
-            // while another unit's record carries the real counts.
-            if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
-                continue;
-            }
-            let name = f.name_without_prefix(mapping);
-            let Some(record) = count_regions(i, name, f, counts, mcdc.then_some(bitmap)) else {
-                continue;
-            };
-            if !provenance.insert((&f.filenames, name)) {
-                continue;
-            }
-            let index = coverage.functions.len();
-            for &file in record.filenames {
-                let indices = coverage.by_file.entry(file).or_default();
-                if indices.last() != Some(&index) {
-                    indices.push(index);
-                }
-            }
-            coverage.functions.push(record);
+        let mut loader = Loader::new(mapping, indices.size_hint().0);
+        for i in indices.filter(|&i| i < mapping.functions.len()) {
+            loader.add(i, count_function(mapping, counters, i, mcdc));
         }
-        coverage
+        loader.coverage
     }
 
     /// Every file any loaded function refers to, sorted by name.
@@ -445,6 +433,84 @@ impl<'m> Coverage<'m> {
             last_start = Some(start);
         }
         groups
+    }
+}
+
+/// What a function of the mapping comes to with its counts.
+enum Counted<'m> {
+    /// The profile's record has another structural hash.
+    Mismatch,
+    /// Left out of reports.
+    Skip,
+    Record(FunctionRecord<'m>),
+}
+
+/// Function `i` of `mapping` (which must be one of its) with its counts.
+fn count_function<'m>(mapping: &'m CoverageMapping, counters: &dyn CounterSource, i: usize, mcdc: bool) -> Counted<'m> {
+    let f = &mapping.functions[i];
+    let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(f.name_ref, f.hash) {
+        Lookup::Found { counters, bitmap } => (counters, bitmap),
+        Lookup::HashMismatch => return Counted::Mismatch,
+        // Never ran (or not in this profile): every counter is zero.
+        Lookup::Unknown => (&[], &[]),
+    };
+    let Some(first) = f.regions.first() else { return Counted::Skip };
+    // A zero-region stub from a unit where the function is unused, while
+    // another unit's record carries the real counts.
+    if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
+        return Counted::Skip;
+    }
+    let name = f.name_without_prefix(mapping);
+    match count_regions(i, name, f, counts, mcdc.then_some(bitmap)) {
+        Some(record) => Counted::Record(record),
+        None => Counted::Skip,
+    }
+}
+
+/// Builds a [`Coverage`] from the counted functions, in mapping order.
+struct Loader<'m> {
+    coverage: Coverage<'m>,
+    /// (files, name) pairs already loaded: a later record of the same
+    /// function from another object is a duplicate.
+    provenance: FxHashSet<(&'m [FileName], &'m str)>,
+}
+
+impl<'m> Loader<'m> {
+    fn new(mapping: &'m CoverageMapping, expected: usize) -> Self {
+        Loader {
+            coverage: Coverage {
+                mapping,
+                functions: Vec::with_capacity(expected),
+                mismatched: Vec::new(),
+                by_file: FxHashMap::default(),
+            },
+            provenance: FxHashSet::with_capacity_and_hasher(expected, Default::default()),
+        }
+    }
+
+    /// Adds function `i` of the mapping as counted.
+    fn add(&mut self, i: usize, counted: Counted<'m>) {
+        let record = match counted {
+            Counted::Record(record) => record,
+            Counted::Skip => return,
+            Counted::Mismatch => {
+                let f = &self.coverage.mapping.functions[i];
+                self.coverage.mismatched.push((f.name.clone(), f.hash));
+                return;
+            }
+        };
+        if !self.provenance.insert((record.filenames, record.name)) {
+            return;
+        }
+        let coverage = &mut self.coverage;
+        let index = coverage.functions.len();
+        for &file in record.filenames {
+            let indices = coverage.by_file.entry(file).or_default();
+            if indices.last() != Some(&index) {
+                indices.push(index);
+            }
+        }
+        coverage.functions.push(record);
     }
 }
 

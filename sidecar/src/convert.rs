@@ -139,10 +139,8 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("livecov: warning: {w}");
     }
 
-    let coverage = match args.format {
-        Format::Json => Coverage::new(&mapping, &counters),
-        Format::Lcov => Coverage::for_lcov(&mapping, &counters),
-    };
+    // JSON shows MC/DC records; LCOV does not, and is spared finding them.
+    let coverage = Coverage::load_on(&mapping, &counters, args.format == Format::Json, options.threads);
     if !coverage.mismatched.is_empty() {
         eprintln!(
             "livecov: warning: {} functions have mismatched data (the binary does not match the profile; they are left out)",

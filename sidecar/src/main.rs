@@ -51,12 +51,34 @@ fn cap_malloc_arenas() {
     }
 }
 
+/// Lets glibc's malloc grow its heaps in large steps and never give memory
+/// back, for a command that ends once its one result is out: a conversion
+/// otherwise grows and trims its threads' heaps page by page (`livecov
+/// convert` of a 16k-function binary: 1720 mprotect calls and 8915 page
+/// faults, against 12 and 7614). The pages are still only taken as they
+/// are used. `MALLOC_TOP_PAD_` or `MALLOC_TRIM_THRESHOLD_`, when set, win.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn grow_malloc_heaps_in_large_steps() {
+    if std::env::var_os("MALLOC_TOP_PAD_").is_none() && std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none() {
+        // Safety: called before any thread starts; mallopt only sets
+        // allocator parameters.
+        unsafe {
+            libc::mallopt(libc::M_TOP_PAD, 16 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     cap_malloc_arenas();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Convert(args) => convert::run(args),
+        Command::Convert(args) => {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            grow_malloc_heaps_in_large_steps();
+            convert::run(args)
+        }
         Command::Merge(args) => merge_command::run(args),
         Command::Report(args) => report::run(args),
         Command::Dump(args) => dump::dump(args),
