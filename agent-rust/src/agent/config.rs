@@ -15,12 +15,13 @@ pub const DEFAULT_IGNORE: &str =
 /// whatever `LIVECOV_IGNORE` says. A test checks this list against
 /// `cargo tree`.
 pub(crate) const AGENT_PACKAGES: &[&str] = &[
-    "aho-corasick", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle", "crypto-common",
-    "digest", "flate2", "futures-core", "generic-array", "http", "http-body", "http-body-util",
-    "httparse", "httpdate", "hyper", "hyper-util", "itoa", "libc", "md-5", "memchr", "memmap2", "mio",
-    "object", "pin-project-lite", "proc-macro2", "quote", "regex", "regex-automata", "regex-syntax",
-    "rustc-demangle", "rustc-hash", "serde_core", "serde_json", "smallvec", "socket2", "subtle", "syn",
-    "tokio", "tokio-macros", "typenum", "unicode-ident", "zlib-rs", "zmij",
+    "adler2", "aho-corasick", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle",
+    "crc32fast", "crypto-common", "digest", "flate2", "futures-core", "generic-array", "http",
+    "http-body", "http-body-util", "httparse", "httpdate", "hyper", "hyper-util", "itoa", "libc",
+    "md-5", "memchr", "memmap2", "miniz_oxide", "mio", "object", "pin-project-lite", "proc-macro2",
+    "quote", "regex", "regex-automata", "regex-syntax", "rustc-demangle", "rustc-hash",
+    "serde_core", "serde_json", "simd-adler32", "smallvec", "socket2", "subtle", "syn", "tokio",
+    "tokio-macros", "typenum", "unicode-ident", "zmij",
 ];
 
 /// What reports leave out: the configured pattern (or the default) and
