@@ -471,8 +471,10 @@ fn count_function<'m>(mapping: &'m CoverageMapping, counters: &dyn CounterSource
 struct Loader<'m> {
     coverage: Coverage<'m>,
     /// (files, name) pairs already loaded: a later record of the same
-    /// function from another object is a duplicate.
-    provenance: FxHashSet<(&'m [FileName], &'m str)>,
+    /// function from another object is a duplicate. The name as its
+    /// reference (its MD5), as llvm-cov keeps a hash of it: names of
+    /// programs run long, and hashing each again cost more than counting.
+    provenance: FxHashSet<(&'m [FileName], u64)>,
 }
 
 impl<'m> Loader<'m> {
@@ -499,7 +501,8 @@ impl<'m> Loader<'m> {
                 return;
             }
         };
-        if !self.provenance.insert((record.filenames, record.name)) {
+        let name_ref = self.coverage.mapping.functions[i].name_ref;
+        if !self.provenance.insert((record.filenames, name_ref)) {
             return;
         }
         let coverage = &mut self.coverage;
