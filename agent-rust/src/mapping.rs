@@ -420,7 +420,11 @@ impl CoverageMapping {
         // Where each name reference's record is among this object's
         // functions: LLVM keeps the first record of a name, except that a
         // dummy record is replaced by a later real one.
-        let mut by_name: FxHashMap<u64, (Slot, bool)> = FxHashMap::default();
+        let records = count_records(covfun, endian);
+        let mut by_name: FxHashMap<u64, (Slot, bool)> = FxHashMap::with_capacity_and_hasher(records, Default::default());
+        // Grown by doubling, the functions of a large program would be
+        // copied over and over into memory first touched for the copy.
+        self.functions.reserve(records);
         let object = self.objects;
         self.objects += 1;
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
@@ -516,6 +520,25 @@ enum Slot {
 /// The bytes of a function record before its mapping data: name
 /// reference, data length, hash, filename table reference.
 const RECORD_HEADER: usize = 28;
+
+/// How many function records `covfun` holds, from their headers alone: a
+/// capacity to reserve, so a malformed section only ends the count (the
+/// decoding reports it).
+fn count_records(covfun: &[u8], endian: Endian) -> usize {
+    let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
+    let mut records = 0;
+    while bytes.remaining() >= RECORD_HEADER {
+        let Ok(data_len) = bytes.skip(8).and_then(|()| bytes.u32()) else { break };
+        if bytes.skip(16).and_then(|()| bytes.skip(data_len as usize)).is_err() {
+            break;
+        }
+        records += 1;
+        if bytes.align(8).is_err() {
+            break;
+        }
+    }
+    records
+}
 
 /// The bytes a cursor covers, for hashing a filename table as stored.
 fn table_bytes<'a>(covmap: &'a [u8], table: &Bytes<'a>) -> &'a [u8] {

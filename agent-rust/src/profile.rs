@@ -703,6 +703,8 @@ fn file(
 ) -> Option<String> {
     match group.iter_mut().find(|e| e.hash == hash) {
         None => {
+            // Most names have one record: no room for four.
+            group.reserve_exact(1);
             group.push(Entry { hash, counters: counters.into_owned(), bitmap: bitmap.into_owned() });
             None
         }
