@@ -35,6 +35,7 @@
 //! input.
 
 mod indexed;
+mod name_refs;
 mod names;
 mod raw;
 mod write;

@@ -159,7 +159,10 @@ impl NameTable {
     }
 
     fn by_ref(&self) -> &FxHashMap<u64, usize> {
-        self.by_ref.get_or_init(|| self.names.iter().enumerate().map(|(i, n)| (self::name_ref(n), i)).collect())
+        self.by_ref.get_or_init(|| {
+            let refs = super::name_refs::name_refs(self.names.iter().map(str::as_bytes));
+            refs.into_iter().enumerate().map(|(i, r)| (r, i)).collect()
+        })
     }
 
     /// The name with this reference.
