@@ -58,11 +58,13 @@ fn four_at_a_time(names: &[&[u8]], refs: &mut [u64]) -> Vec<usize> {
 
 /// 64-byte blocks of a message of `len` bytes once padded: a 1 bit, zeros,
 /// and the length in bits as 8 bytes.
+#[cfg(target_arch = "x86_64")]
 fn blocks(len: usize) -> usize {
     (len + 8) / 64 + 1
 }
 
 /// The `len`-byte message's padded block `b` (of [`blocks`]).
+#[cfg(target_arch = "x86_64")]
 fn padded_block(message: &[u8], b: usize) -> [u8; 64] {
     let mut block = [0u8; 64];
     let from = b * 64;
