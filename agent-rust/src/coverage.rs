@@ -570,12 +570,6 @@ fn summary_branch_files(f: &FunctionRecord<'_>, main: u32) -> Vec<u32> {
 /// The regions of one file id, among regions in mapping order (file id by
 /// file id: a function with many macros expands many files).
 fn of_file_id<'a, 'm>(regions: &'a [CountedRegion<'m>], file_id: u32) -> &'a [CountedRegion<'m>] {
-    // Most functions have one file id: no search (each probe reads a
-    // region elsewhere in memory).
-    match (regions.first(), regions.last()) {
-        (Some(first), Some(last)) if first.region.file_id == file_id && last.region.file_id == file_id => return regions,
-        _ => {}
-    }
     let from = regions.partition_point(|r| r.region.file_id < file_id);
     let to = from + regions[from..].partition_point(|r| r.region.file_id == file_id);
     &regions[from..to]
