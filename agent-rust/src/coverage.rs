@@ -189,21 +189,15 @@ impl<'m> Coverage<'m> {
             return Self::load(mapping, counters, 0..n, mcdc);
         }
         let chunk = n.div_ceil(threads);
-        let count = |part: std::ops::Range<usize>| -> Vec<Counted<'m>> {
-            part.map(|i| count_function(mapping, counters, i, mcdc)).collect()
-        };
-        let parts: Vec<Vec<Counted<'m>>> = std::thread::scope(|scope| {
-            let others: Vec<_> =
-                (1..threads).map(|t| scope.spawn(move || count(t * chunk..((t + 1) * chunk).min(n)))).collect();
-            let mut parts = vec![count(0..chunk.min(n))];
+        let parts: Vec<Counted<'m>> = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads)
+                .map(|t| scope.spawn(move || Counted::of(mapping, counters, t * chunk..((t + 1) * chunk).min(n), mcdc)))
+                .collect();
+            let mut parts = vec![Counted::of(mapping, counters, 0..chunk.min(n), mcdc)];
             parts.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
             parts
         });
-        let mut loader = Loader::new(mapping, n);
-        for (i, counted) in parts.into_iter().flatten().enumerate() {
-            loader.add(i, counted);
-        }
-        loader.coverage
+        Self::from_parts(mapping, parts)
     }
 
     fn load(
@@ -212,11 +206,46 @@ impl<'m> Coverage<'m> {
         indices: impl Iterator<Item = usize>,
         mcdc: bool,
     ) -> Self {
-        let mut loader = Loader::new(mapping, indices.size_hint().0);
-        for i in indices.filter(|&i| i < mapping.functions.len()) {
-            loader.add(i, count_function(mapping, counters, i, mcdc));
+        let indices = indices.filter(|&i| i < mapping.functions.len());
+        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, mcdc)])
+    }
+
+    /// The coverage of the functions counted in `parts`, in order.
+    fn from_parts(mapping: &'m CoverageMapping, parts: Vec<Counted<'m>>) -> Self {
+        let mut parts = parts.into_iter();
+        let Counted { records: mut functions, mismatched } = parts.next().unwrap_or_default();
+        let mut mismatched: Vec<usize> = mismatched;
+        for part in parts {
+            functions.extend(part.records);
+            mismatched.extend(part.mismatched);
         }
-        loader.coverage
+        if mapping.objects() > 1 {
+            // A later record of a function (same files, same name) from
+            // another object is a duplicate. The name as its reference (its
+            // MD5), as llvm-cov keeps a hash of it: names of programs run
+            // long, and hashing each again cost more than counting. Within
+            // one object a name has one record (see the mapping's reader).
+            let mut provenance: FxHashSet<(&'m [FileName], u64)> =
+                FxHashSet::with_capacity_and_hasher(functions.len(), Default::default());
+            functions.retain(|f| provenance.insert((f.filenames, mapping.functions[f.mapping_index].name_ref)));
+        }
+        let mut by_file: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
+        for (index, f) in functions.iter().enumerate() {
+            for &file in f.filenames {
+                let indices = by_file.entry(file).or_default();
+                if indices.last() != Some(&index) {
+                    indices.push(index);
+                }
+            }
+        }
+        let mismatched = mismatched
+            .into_iter()
+            .map(|i| {
+                let f = &mapping.functions[i];
+                (f.name.clone(), f.hash)
+            })
+            .collect();
+        Coverage { mapping, functions, mismatched, by_file }
     }
 
     /// Every file any loaded function refers to, sorted by name.
@@ -436,85 +465,56 @@ impl<'m> Coverage<'m> {
     }
 }
 
-/// What a function of the mapping comes to with its counts.
-enum Counted<'m> {
-    /// The profile's record has another structural hash.
-    Mismatch,
-    /// Left out of reports.
-    Skip,
-    Record(FunctionRecord<'m>),
+/// Functions of a mapping with their counts, in mapping order: what one
+/// thread of [`Coverage::load_on`] counts.
+#[derive(Default)]
+struct Counted<'m> {
+    records: Vec<FunctionRecord<'m>>,
+    /// The mapping's indices of functions whose profile record has another
+    /// structural hash.
+    mismatched: Vec<usize>,
 }
 
-/// Function `i` of `mapping` (which must be one of its) with its counts.
-fn count_function<'m>(mapping: &'m CoverageMapping, counters: &dyn CounterSource, i: usize, mcdc: bool) -> Counted<'m> {
+impl<'m> Counted<'m> {
+    fn of(mapping: &'m CoverageMapping, counters: &dyn CounterSource, indices: impl Iterator<Item = usize>, mcdc: bool) -> Self {
+        let mut counted = Counted { records: Vec::with_capacity(indices.size_hint().0), mismatched: Vec::new() };
+        for i in indices {
+            match count_function(mapping, counters, i, mcdc) {
+                Some(Ok(record)) => counted.records.push(record),
+                Some(Err(Mismatch)) => counted.mismatched.push(i),
+                None => {}
+            }
+        }
+        counted
+    }
+}
+
+/// The profile's record of a function has another structural hash.
+struct Mismatch;
+
+/// Function `i` of `mapping` (which must be one of its) with its counts;
+/// `None` when it is left out of reports.
+fn count_function<'m>(
+    mapping: &'m CoverageMapping,
+    counters: &dyn CounterSource,
+    i: usize,
+    mcdc: bool,
+) -> Option<Result<FunctionRecord<'m>, Mismatch>> {
     let f = &mapping.functions[i];
     let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(f.name_ref, f.hash) {
         Lookup::Found { counters, bitmap } => (counters, bitmap),
-        Lookup::HashMismatch => return Counted::Mismatch,
+        Lookup::HashMismatch => return Some(Err(Mismatch)),
         // Never ran (or not in this profile): every counter is zero.
         Lookup::Unknown => (&[], &[]),
     };
-    let Some(first) = f.regions.first() else { return Counted::Skip };
+    let first = f.regions.first()?;
     // A zero-region stub from a unit where the function is unused, while
     // another unit's record carries the real counts.
     if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
-        return Counted::Skip;
+        return None;
     }
     let name = f.name_without_prefix(mapping);
-    match count_regions(i, name, f, counts, mcdc.then_some(bitmap)) {
-        Some(record) => Counted::Record(record),
-        None => Counted::Skip,
-    }
-}
-
-/// Builds a [`Coverage`] from the counted functions, in mapping order.
-struct Loader<'m> {
-    coverage: Coverage<'m>,
-    /// (files, name) pairs already loaded: a later record of the same
-    /// function from another object is a duplicate. The name as its
-    /// reference (its MD5), as llvm-cov keeps a hash of it: names of
-    /// programs run long, and hashing each again cost more than counting.
-    provenance: FxHashSet<(&'m [FileName], u64)>,
-}
-
-impl<'m> Loader<'m> {
-    fn new(mapping: &'m CoverageMapping, expected: usize) -> Self {
-        Loader {
-            coverage: Coverage {
-                mapping,
-                functions: Vec::with_capacity(expected),
-                mismatched: Vec::new(),
-                by_file: FxHashMap::default(),
-            },
-            provenance: FxHashSet::with_capacity_and_hasher(expected, Default::default()),
-        }
-    }
-
-    /// Adds function `i` of the mapping as counted.
-    fn add(&mut self, i: usize, counted: Counted<'m>) {
-        let record = match counted {
-            Counted::Record(record) => record,
-            Counted::Skip => return,
-            Counted::Mismatch => {
-                let f = &self.coverage.mapping.functions[i];
-                self.coverage.mismatched.push((f.name.clone(), f.hash));
-                return;
-            }
-        };
-        let name_ref = self.coverage.mapping.functions[i].name_ref;
-        if !self.provenance.insert((record.filenames, name_ref)) {
-            return;
-        }
-        let coverage = &mut self.coverage;
-        let index = coverage.functions.len();
-        for &file in record.filenames {
-            let indices = coverage.by_file.entry(file).or_default();
-            if indices.last() != Some(&index) {
-                indices.push(index);
-            }
-        }
-        coverage.functions.push(record);
-    }
+    count_regions(i, name, f, counts, mcdc.then_some(bitmap)).map(Ok)
 }
 
 impl crate::mapping::FunctionMapping {

@@ -208,6 +208,11 @@ impl CoverageMapping {
         !self.leave_out.is_empty() && filenames.iter().all(|&f| self.left_out.get(f as usize) == Some(&true))
     }
 
+    /// How many objects' function records were read.
+    pub fn objects(&self) -> u32 {
+        self.objects
+    }
+
     pub fn file_name(&self, id: FileName) -> &str {
         &self.files[id as usize]
     }
