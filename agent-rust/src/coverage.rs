@@ -242,7 +242,7 @@ impl<'m> Coverage<'m> {
             .into_iter()
             .map(|i| {
                 let f = &mapping.functions[i];
-                (f.name.clone(), f.hash)
+                (mapping.name(f).to_owned(), f.hash)
             })
             .collect();
         Coverage { mapping, functions, mismatched, by_file }
@@ -521,8 +521,9 @@ impl crate::mapping::FunctionMapping {
     /// The name llvm-cov shows: without the `\x01` marker and without the
     /// `file:` prefix clang gives local symbols, when the prefix is exactly
     /// the function's first file name.
-    fn name_without_prefix<'a>(&'a self, mapping: &CoverageMapping) -> &'a str {
-        let name = self.name.strip_prefix('\u{1}').unwrap_or(&self.name);
+    fn name_without_prefix<'a>(&self, mapping: &'a CoverageMapping) -> &'a str {
+        let name = mapping.name(self);
+        let name = name.strip_prefix('\u{1}').unwrap_or(name);
         if let Some(&file) = self.filenames.first() {
             if let Some(rest) = name.strip_prefix(mapping.file_name(file)) {
                 return rest.get(1..).unwrap_or("");

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
-use crate::profile::{self, NameTable};
+use crate::profile::{self, NameTable, Names};
 
 /// Stored version numbers are zero-based: 3 is LLVM's "Version4".
 const FIRST_SUPPORTED_VERSION: u32 = 3;
@@ -42,6 +42,8 @@ pub struct CoverageMapping {
     file_ids: FxHashMap<String, FileName>,
     /// Functions in the order llvm-cov loads them.
     pub functions: Vec<FunctionMapping>,
+    /// The names tables the functions' names are in (see [`NameAt`]).
+    names: Vec<Arc<Names>>,
     /// How many objects' function records were read.
     objects: u32,
     /// Set when functions are read without their regions (see
@@ -56,9 +58,8 @@ pub struct CoverageMapping {
 /// One function's mapping record.
 #[derive(Debug, Clone)]
 pub struct FunctionMapping {
-    /// The name as the compiler recorded it (mangled; C statics carry a
-    /// `file:` prefix).
-    pub name: String,
+    /// Where its name is: see [`CoverageMapping::name`].
+    pub(crate) name: NameAt,
     /// MD5-based reference the profile uses for this name.
     pub name_ref: u64,
     /// Structural hash; the profile's counters only apply when it matches.
@@ -74,6 +75,15 @@ pub struct FunctionMapping {
     pub mcdc: Vec<McdcParameters>,
     /// Where `expressions` and `regions` were decoded from.
     pub stored: Stored,
+}
+
+/// Where a function's name is: the `index`-th of the mapping's names table
+/// `table`. A program has tens of thousands of long names; the tables the
+/// names sections decode to hold them already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NameAt {
+    table: u32,
+    index: u32,
 }
 
 /// Where a function's record is in its object's `__llvm_covfun`. A reader
@@ -213,6 +223,12 @@ impl CoverageMapping {
         self.objects
     }
 
+    /// The name of function `f` (one of this mapping's) as the compiler
+    /// recorded it: mangled; C statics carry a `file:` prefix.
+    pub fn name(&self, f: &FunctionMapping) -> &str {
+        self.names.get(f.name.table as usize).and_then(|t| t.get(f.name.index as usize)).unwrap_or_default()
+    }
+
     pub fn file_name(&self, id: FileName) -> &str {
         &self.files[id as usize]
     }
@@ -271,7 +287,7 @@ impl CoverageMapping {
         // are decoded.
         let first = self.read_covfun(&covfun, &tables, endian)?;
         let names = names(&names_section).map_err(|e| e.context("section __llvm_prf_names"))?;
-        self.name_functions(first, |name_ref| names.get(name_ref))?;
+        self.name_functions(first, names.names(), |name_ref| names.index_of(name_ref))?;
         Ok(Some(ObjectInfo { build_id: file.build_id().ok().flatten().map(<[u8]>::to_vec) }))
     }
 
@@ -299,7 +315,7 @@ impl CoverageMapping {
     pub fn add_module_sections(&mut self, covmap: &[u8], covfun: &[u8], names: &NameTable, endian: Endian) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
         let first = self.read_covfun(covfun, &tables, endian)?;
-        self.name_functions(first, |name_ref| names.get(name_ref))
+        self.name_functions(first, names.names(), |name_ref| names.index_of(name_ref))
     }
 
     /// Decodes `__llvm_covmap` and `__llvm_covfun` section contents.
@@ -313,21 +329,32 @@ impl CoverageMapping {
     ) -> Result<()> {
         let tables = self.read_covmap(covmap, endian)?;
         let first = self.read_covfun(covfun, &tables, endian)?;
-        self.name_functions(first, |name_ref| names.get(&name_ref).map(String::as_str))
+        let entries: Vec<(u64, &str)> = names.iter().map(|(&name_ref, name)| (name_ref, name.as_str())).collect();
+        let table: Names = entries.iter().map(|&(_, name)| name).collect();
+        let index: FxHashMap<u64, usize> = entries.iter().enumerate().map(|(i, &(name_ref, _))| (name_ref, i)).collect();
+        self.name_functions(first, &Arc::new(table), |name_ref| index.get(&name_ref).copied())
     }
 
-    /// Gives the functions from `first` on their names: `names` gives the
-    /// name of a name reference.
-    fn name_functions<'n>(&mut self, first: usize, names: impl Fn(u64) -> Option<&'n str>) -> Result<()> {
+    /// Gives the functions from `first` on their names, in `names`:
+    /// `index_of` gives where a name reference's name is.
+    fn name_functions(&mut self, first: usize, names: &Arc<Names>, index_of: impl Fn(u64) -> Option<usize>) -> Result<()> {
+        let table = match self.names.iter().position(|t| Arc::ptr_eq(t, names)) {
+            Some(known) => known,
+            None => {
+                self.names.push(names.clone());
+                self.names.len() - 1
+            }
+        };
+        let table = u32::try_from(table).map_err(|_| Error::Unsupported("more than 2^32 objects".into()))?;
         for f in &mut self.functions[first..] {
-            let Some(name) = names(f.name_ref) else {
+            let Some(index) = index_of(f.name_ref).and_then(|i| u32::try_from(i).ok()) else {
                 return Err(Error::malformed(
                     "function record (__llvm_covfun)",
                     f.stored.at.saturating_sub(RECORD_HEADER) as u64,
                     format!("function name {:#018x} is not in __llvm_prf_names", f.name_ref),
                 ));
             };
-            f.name = name.to_owned();
+            f.name = NameAt { table, index };
         }
         Ok(())
     }
@@ -460,7 +487,7 @@ impl CoverageMapping {
 
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
             let function = |mapping: DecodedFunction| FunctionMapping {
-                name: String::new(),
+                name: NameAt::default(),
                 name_ref,
                 hash,
                 filenames: mapping.filenames,

@@ -367,7 +367,7 @@ mod tests {
     /// the conditions' parameters given.
     fn and2(decision: McdcKind, a: McdcKind, b: McdcKind) -> FunctionMapping {
         FunctionMapping {
-            name: "f".into(),
+            name: Default::default(),
             name_ref: 0,
             hash: 0,
             filenames: vec![0],

@@ -298,6 +298,6 @@ fn mcdc_parameters_are_released_and_restored(binary: &Path) {
     let all: Vec<usize> = (0..mapping.functions.len()).collect();
     mapping.restore(&all, |_| image.get(covfun.clone())).expect("restore");
     for (f, mcdc) in mapping.functions.iter().zip(&first) {
-        assert_eq!(&f.mcdc, mcdc, "{}", f.name);
+        assert_eq!(&f.mcdc, mcdc, "{}", mapping.name(f));
     }
 }

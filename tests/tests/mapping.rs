@@ -37,8 +37,8 @@ fn released_regions_are_decoded_again_as_first_decoded() {
         let all: Vec<usize> = (0..mapping.functions.len()).collect();
         mapping.restore(&all, |_| image.get(covfun.clone())).unwrap();
         for (f, (expressions, regions)) in mapping.functions.iter().zip(&first) {
-            assert_eq!(&f.regions, regions, "{}: {}", path.display(), f.name);
-            assert_eq!(&f.expressions, expressions, "{}: {}", path.display(), f.name);
+            assert_eq!(&f.regions, regions, "{}: {}", path.display(), mapping.name(f));
+            assert_eq!(&f.expressions, expressions, "{}: {}", path.display(), mapping.name(f));
         }
     }
 }
@@ -67,7 +67,7 @@ fn a_mapping_read_leaving_out_files_is_the_whole_without_their_functions() {
                 m.functions
                     .iter()
                     .filter(|f| f.filenames.iter().any(|&file| !ignore[0].is_match(m.file_name(file))))
-                    .map(|f| (f.name.clone(), f.hash, f.filenames.iter().map(|&file| m.file_name(file).to_owned()).collect::<Vec<_>>(), f.regions.clone()))
+                    .map(|f| (m.name(f).to_owned(), f.hash, f.filenames.iter().map(|&file| m.file_name(file).to_owned()).collect::<Vec<_>>(), f.regions.clone()))
                     .collect()
             };
             let expected = kept(&whole);
