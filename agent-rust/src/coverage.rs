@@ -213,8 +213,7 @@ impl<'m> Coverage<'m> {
     /// The coverage of the functions counted in `parts`, in order.
     fn from_parts(mapping: &'m CoverageMapping, parts: Vec<Counted<'m>>) -> Self {
         let mut parts = parts.into_iter();
-        let Counted { records: mut functions, mismatched } = parts.next().unwrap_or_default();
-        let mut mismatched: Vec<usize> = mismatched;
+        let Counted { records: mut functions, mut mismatched } = parts.next().unwrap_or_default();
         for part in parts {
             functions.extend(part.records);
             mismatched.extend(part.mismatched);
