@@ -345,7 +345,7 @@ impl CoverageMapping {
                 self.names.len() - 1
             }
         };
-        let table = u32::try_from(table).map_err(|_| Error::Unsupported("more than 2^32 objects".into()))?;
+        let table = u32::try_from(table).map_err(|_| Error::Unsupported("more than 2^32 names tables in one mapping".into()))?;
         for f in &mut self.functions[first..] {
             let Some(index) = index_of(f.name_ref).and_then(|i| u32::try_from(i).ok()) else {
                 return Err(Error::malformed(
