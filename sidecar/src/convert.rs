@@ -158,7 +158,7 @@ pub fn run(args: Args) -> Result<()> {
         Format::Lcov => lcov::write_to(&coverage, &options, &mut &mut *out),
         Format::Json => livecov::json_export::write_to(&coverage, &options, &mut &mut *out),
     };
-    Output::open(args.output.as_deref())?.commit_with(|out| write(out))?;
+    Output::open_derived(args.output.as_deref())?.commit_with(|out| write(out))?;
     // The process ends here: freeing the coverage, the mapping and the
     // counters allocation by allocation would cost a tenth of the
     // conversion, and the kernel takes the memory back at once.
@@ -182,7 +182,7 @@ fn convert_go(dir: &Path, args: &Args) -> Result<()> {
     };
     let lcov = livecov_cli::go_coverage::lcov_from_dir(dir, &options)?;
     let lcov = PathEquivalence::rewrite_lcov(&args.path_equivalence, lcov.as_bytes());
-    Output::open(args.output.as_deref())?.commit(&lcov)
+    Output::open_derived(args.output.as_deref())?.commit(&lcov)
 }
 
 /// Objects and their build ids.

@@ -39,7 +39,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let output = Output::open(args.output.as_deref())?;
+    let output = Output::open_derived(args.output.as_deref())?;
     let mut merger = merge_files(&args.files)?;
     if !args.path_equivalence.is_empty() {
         merger = merger.rekey(|test, file| Some((test.to_owned(), PathEquivalence::rewrite(&args.path_equivalence, file))));

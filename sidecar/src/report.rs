@@ -101,7 +101,7 @@ pub fn run(args: Args) -> Result<()> {
         .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
         .collect::<Result<Vec<_>>>()?;
     // Opened first: a report that cannot be written fails before the work.
-    let output = Output::open(args.output.as_deref())?;
+    let output = Output::open_derived(args.output.as_deref())?;
     let merger = read(&args.files)?
         .rekey(|_test, file| {
             if ignore.iter().any(|re| re.is_match(file)) {
