@@ -69,6 +69,33 @@ fn grow_malloc_heaps_in_large_steps() {
     }
 }
 
+/// Starts `convert` again with glibc's malloc backing its heaps with
+/// transparent huge pages, where the kernel gives them only to memory that
+/// asks (`madvise`, the usual setting). glibc asks only when told so as the
+/// process starts (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`); a conversion
+/// fills tens of megabytes of fresh heap in well under a second, page by
+/// page otherwise (ripgrep's 16k functions: 7051 page faults, 2653 so, and
+/// 12% less time). Returns when the exec fails, and does nothing when
+/// `GLIBC_TUNABLES` already says (the started command sees it) or the
+/// kernel has no such setting.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn restart_with_huge_pages() {
+    use std::os::unix::process::CommandExt;
+    const HUGETLB: &str = "glibc.malloc.hugetlb";
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if tunables.contains(HUGETLB) {
+        return;
+    }
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !thp.contains("[madvise]") {
+        return;
+    }
+    let tunables = if tunables.is_empty() { format!("{HUGETLB}=1") } else { format!("{tunables}:{HUGETLB}=1") };
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_default();
+    let _ = std::process::Command::new("/proc/self/exe").arg0(arg0).args(args).env("GLIBC_TUNABLES", tunables).exec();
+}
+
 fn main() -> ExitCode {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     cap_malloc_arenas();
@@ -76,7 +103,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Convert(args) => {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            grow_malloc_heaps_in_large_steps();
+            {
+                restart_with_huge_pages();
+                grow_malloc_heaps_in_large_steps();
+            }
             convert::run(args)
         }
         Command::Merge(args) => merge_command::run(args),
