@@ -98,15 +98,18 @@ fn restart_with_huge_pages() {
 
 fn main() -> ExitCode {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    cap_malloc_arenas();
+    {
+        cap_malloc_arenas();
+        // Before the arguments are parsed, which the restart does again.
+        if std::env::args_os().nth(1).is_some_and(|command| command == "convert") {
+            restart_with_huge_pages();
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Convert(args) => {
             #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            {
-                restart_with_huge_pages();
-                grow_malloc_heaps_in_large_steps();
-            }
+            grow_malloc_heaps_in_large_steps();
             convert::run(args)
         }
         Command::Merge(args) => merge_command::run(args),
