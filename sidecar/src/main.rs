@@ -91,9 +91,12 @@ fn restart_with_huge_pages() {
         return;
     }
     let tunables = if tunables.is_empty() { format!("{HUGETLB}=1") } else { format!("{tunables}:{HUGETLB}=1") };
+    // The executable by its own path (not /proc/self/exe, whose name the
+    // process would then show in ps).
+    let Ok(exe) = std::env::current_exe() else { return };
     let mut args = std::env::args_os();
     let arg0 = args.next().unwrap_or_default();
-    let _ = std::process::Command::new("/proc/self/exe").arg0(arg0).args(args).env("GLIBC_TUNABLES", tunables).exec();
+    let _ = std::process::Command::new(exe).arg0(arg0).args(args).env("GLIBC_TUNABLES", tunables).exec();
 }
 
 fn main() -> ExitCode {
