@@ -80,17 +80,21 @@ fn grow_malloc_heaps_in_large_steps() {
 /// kernel has no such setting.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn restart_with_huge_pages() {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
-    const HUGETLB: &str = "glibc.malloc.hugetlb";
-    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
-    if tunables.contains(HUGETLB) {
+    const HUGETLB: &[u8] = b"glibc.malloc.hugetlb";
+    let mut tunables = std::env::var_os("GLIBC_TUNABLES").unwrap_or_default();
+    if tunables.as_bytes().windows(HUGETLB.len()).any(|w| w == HUGETLB) {
         return;
     }
     let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if !thp.contains("[madvise]") {
         return;
     }
-    let tunables = if tunables.is_empty() { format!("{HUGETLB}=1") } else { format!("{tunables}:{HUGETLB}=1") };
+    if !tunables.is_empty() {
+        tunables.push(":");
+    }
+    tunables.push("glibc.malloc.hugetlb=1");
     // The executable by its own path (not /proc/self/exe, whose name the
     // process would then show in ps).
     let Ok(exe) = std::env::current_exe() else { return };
