@@ -2,7 +2,7 @@
 //! every replica and the Node process served, print its table, and leave
 //! no process behind, also when interrupted half-way.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -93,6 +93,8 @@ fn the_demo_merges_every_replica_and_cleans_up_also_when_interrupted() {
     // Safety: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let status = child.wait().expect("wait for the demo");
-    assert_eq!(status.code(), Some(130), "an interrupted demo exits with 130");
+    let mut stderr = String::new();
+    let _ = child.stderr.take().expect("stderr").read_to_string(&mut stderr);
+    assert_eq!(status.code(), Some(130), "an interrupted demo exits with 130; it said:\n{stderr}");
     assert_nothing_left(&work);
 }
