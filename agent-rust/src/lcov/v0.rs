@@ -103,22 +103,28 @@ impl<'s> Printer<'s, '_> {
         self.depth -= 1;
     }
 
-    /// A base-62 number: `_` is 0, digits then `_` are one more than their value.
+    /// A base-62 number: `_` is 0, digits then `_` are one more than their
+    /// value. Summed in a u128, which 21 digits cannot overflow: a longer
+    /// number (leading zeros, or too large for a u64 anyway) is left to
+    /// rustc-demangle. Crate roots carry 11 digits each.
     fn integer_62(&mut self) -> Option<u64> {
         if self.eat(b'_') {
             return Some(0);
         }
-        let mut x: u64 = 0;
-        while !self.eat(b'_') {
-            let d = match self.next()? {
-                d @ b'0'..=b'9' => d - b'0',
-                d @ b'a'..=b'z' => 10 + d - b'a',
-                d @ b'A'..=b'Z' => 36 + d - b'A',
-                _ => return None,
-            };
-            x = x.checked_mul(62)?.checked_add(u64::from(d))?;
+        let start = self.pos;
+        let mut x: u128 = 0;
+        loop {
+            let b = self.next()?;
+            if b == b'_' {
+                break;
+            }
+            let d = BASE_62[usize::from(b)];
+            if d == NOT_BASE_62 || self.pos - start > 21 {
+                return None;
+            }
+            x = x * 62 + u128::from(d);
         }
-        x.checked_add(1)
+        u64::try_from(x).ok()?.checked_add(1)
     }
 
     fn opt_integer_62(&mut self, tag: u8) -> Option<u64> {
@@ -521,6 +527,23 @@ impl<'s> Printer<'s, '_> {
         text.get(start..self.pos - 1)
     }
 }
+
+/// The value of each base-62 digit, [`NOT_BASE_62`] for other bytes.
+const BASE_62: [u8; 256] = {
+    let mut table = [NOT_BASE_62; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            d @ b'0'..=b'9' => d - b'0',
+            d @ b'a'..=b'z' => 10 + d - b'a',
+            d @ b'A'..=b'Z' => 36 + d - b'A',
+            _ => NOT_BASE_62,
+        };
+        b += 1;
+    }
+    table
+};
+const NOT_BASE_62: u8 = u8::MAX;
 
 fn basic_type(tag: u8) -> Option<&'static str> {
     Some(match tag {
