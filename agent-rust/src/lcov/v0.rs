@@ -637,6 +637,10 @@ mod tests {
         "_RNvC3foo",
         "_RNvC3foo3barX",
         "_RB_",
+        // Base-62 numbers of more than 21 digits (here leading zeros), and
+        // past a u64.
+        "_RNvCs0000000000000000000001_1r4main",
+        "_RNvCsZZZZZZZZZZZ_1r4main",
         "_RC9a.llvm.AB",
         "_ZN3foo3barE",
         "main",
