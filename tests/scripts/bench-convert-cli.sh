@@ -132,6 +132,8 @@ bench_case many
 
 echo
 echo "$crate $version (\`rg\`, $(stat -c %s "$bin") bytes, built with -C instrument-coverage): livecov convert vs llvm-profdata merge -sparse + llvm-cov export -format=lcov (LLVM 22); median of $runs runs"
+# convert's heap takes huge pages where the kernel gives them (docs/convert.md).
+echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown); GLIBC_TUNABLES=${GLIBC_TUNABLES:-}"
 echo
 echo "| case | .profraw files | profiles KiB | FN records | source files | livecov ms | livecov --no-demangle ms | llvm ms | llvm/livecov | livecov peak RSS MiB | llvm peak RSS MiB | identical (--no-demangle) |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
