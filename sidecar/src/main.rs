@@ -45,7 +45,7 @@ enum Command {
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn cap_malloc_arenas() {
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
-        // Safety: called first in main, before any thread starts; mallopt
+        // Safety: called in main before any thread starts; mallopt
         // only sets an allocator parameter.
         unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
     }
@@ -107,11 +107,12 @@ fn restart_with_huge_pages() {
 fn main() -> ExitCode {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        cap_malloc_arenas();
-        // Before the arguments are parsed, which the restart does again.
+        // First: the restarted process parses the arguments and caps the
+        // arenas itself.
         if std::env::args_os().nth(1).is_some_and(|command| command == "convert") {
             restart_with_huge_pages();
         }
+        cap_malloc_arenas();
     }
     let cli = Cli::parse();
     let result = match cli.command {

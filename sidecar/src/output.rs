@@ -22,7 +22,8 @@ pub fn write_outputs(files: &[(PathBuf, &[u8])]) -> Result<()> {
     let Some((first, _)) = files.first() else { return Ok(()) };
     let mut written = Vec::with_capacity(files.len());
     for (path, bytes) in files {
-        let mut file = AtomicFile::create(path)?;
+        // Flushed all at once below.
+        let mut file = AtomicFile::create(path, Flush::ToDisk)?;
         let mut f = file.file.take().expect("an uncommitted file");
         f.write_all(bytes).with_context(|| format!("cannot write {}", file.tmp.display()))?;
         // Closed now (no descriptor per instance held open), still removed
@@ -83,7 +84,7 @@ impl Output {
                         .with_context(|| format!("cannot open {} for writing", path.display()))?;
                     return Ok(Output::Special(path.to_owned(), file));
                 }
-                Ok(Output::File(AtomicFile::create_with(path, flush)?))
+                Ok(Output::File(AtomicFile::create(path, flush)?))
             }
             _ => Ok(Output::Stdout),
         }
@@ -147,11 +148,7 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    pub fn create(path: &Path) -> Result<AtomicFile> {
-        AtomicFile::create_with(path, Flush::ToDisk)
-    }
-
-    fn create_with(path: &Path, flush: Flush) -> Result<AtomicFile> {
+    fn create(path: &Path, flush: Flush) -> Result<AtomicFile> {
         let name = path.file_name().with_context(|| format!("{} is not a file name", path.display()))?;
         let tmp = path.with_file_name(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
         let file = fs::File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
