@@ -21,6 +21,11 @@ use std::time::Instant;
 
 use engine::agent::{self, Agent, Config};
 
+mod allocator;
+
+#[global_allocator]
+static ALLOCATOR: allocator::AgentAllocator = allocator::AgentAllocator;
+
 /// Status codes, as `enum livecov_status` in `livecov.h`.
 pub mod status {
     use std::ffi::c_int;
