@@ -71,7 +71,10 @@ unsafe fn map(size: usize) -> *mut u8 {
     }
 }
 
+// Not inlined: fat LTO would copy each method into every allocation of
+// the library (350 KB more of it).
 unsafe impl GlobalAlloc for AgentAllocator {
+    #[inline(never)]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if mapped(layout) {
             // Safety: see `map`.
@@ -82,6 +85,7 @@ unsafe impl GlobalAlloc for AgentAllocator {
         }
     }
 
+    #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if mapped(layout) {
             // Safety: see `map`; anonymous mappings are zeroed.
@@ -92,6 +96,7 @@ unsafe impl GlobalAlloc for AgentAllocator {
         }
     }
 
+    #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if mapped(layout) {
             // Safety: `ptr` is a mapping of this length, made by `map` or
@@ -103,6 +108,7 @@ unsafe impl GlobalAlloc for AgentAllocator {
         }
     }
 
+    #[inline(never)]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // Safety: the caller guarantees that this layout is valid.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
