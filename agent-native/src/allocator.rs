@@ -19,9 +19,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Blocks this large or larger are mapped on their own (glibc's initial
-/// mapping threshold is 128 KiB; the agent's records are smaller).
-pub const LARGE: usize = 64 * 1024;
+/// Blocks this large or larger are mapped on their own. glibc's initial
+/// mapping threshold is 128 KiB, but most of the agent's records are
+/// smaller; on redis after 100 dumps, 64 KiB left the arena at 12.8 MiB
+/// and 16 KiB at 9.6 MiB, at no cost measured in the dumps' time.
+pub const LARGE: usize = 16 * 1024;
 
 pub struct AgentAllocator;
 
