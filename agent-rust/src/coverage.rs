@@ -383,44 +383,12 @@ impl<'m> Coverage<'m> {
         data.scratch.build_segments(&mut data.segments, false);
     }
 
-    /// Function `index`'s own segments (as [`Self::for_function_into`]
-    /// builds them) with their counts left out, and the file ids of the
-    /// branches its summary counts; `None` for a function with no body.
-    pub fn function_shape(&self, index: usize) -> Option<FunctionShape> {
-        let f = &self.functions[index];
-        let main = f.main_file?;
-        let regions = of_file_id(&f.regions, main);
-        let spans: Vec<Span> = regions.iter().map(Span::of).collect();
-        let (shape, slot_of) = Shape::new(&spans, false);
-        Some(FunctionShape { main, shape, slot_of, branch_files: summary_branch_files(f, main) })
-    }
-
     /// The branches a summary of function `index` counts, in runs: those
     /// of its body's file and of the files its expansions expand, nested.
     pub fn summary_branches(&self, index: usize) -> impl Iterator<Item = &[CountedRegion<'m>]> {
         let f = &self.functions[index];
         let files = f.main_file.map_or_else(Vec::new, |main| summary_branch_files(f, main));
         files.into_iter().map(move |id| of_file_id(&f.branches, id))
-    }
-
-    /// The segments of function `index` (as [`Self::for_function_into`])
-    /// from its `shape`, into `data`'s; `slots` is a buffer.
-    pub fn shaped_segments_into(&self, index: usize, shape: &FunctionShape, slots: &mut Vec<u64>, data: &mut CoverageData<'m>) {
-        let regions = of_file_id(&self.functions[index].regions, shape.main);
-        slots.clear();
-        slots.resize(regions.len(), 0);
-        for (r, &slot) in regions.iter().zip(&shape.slot_of) {
-            if let Some(sum) = slots.get_mut(slot as usize) {
-                *sum = sum.wrapping_add(r.count);
-            }
-        }
-        shape.shape.segments(slots, &mut data.segments);
-    }
-
-    /// [`Self::summary_branches`], from the function's `shape`.
-    pub fn shaped_branches<'a>(&'a self, index: usize, shape: &'a FunctionShape) -> impl Iterator<Item = &'a [CountedRegion<'m>]> {
-        let f = &self.functions[index];
-        shape.branch_files.iter().map(move |&id| of_file_id(&f.branches, id))
     }
 
     /// Whether functions `a` and `b` have the same regions and branches
@@ -729,17 +697,6 @@ struct ShapedSegment {
     is_region_entry: bool,
     is_gap: bool,
     skippable: bool,
-}
-
-/// What a function's summary reads of its regions, with their counts
-/// left out (see [`Coverage::function_shape`]).
-#[derive(Debug)]
-pub struct FunctionShape {
-    main: u32,
-    shape: Shape,
-    /// Of each region of its body's file, in order: its slot in `shape`.
-    slot_of: Vec<u32>,
-    branch_files: Vec<u32>,
 }
 
 /// No slot: a region of an extent whose first region is of another kind.

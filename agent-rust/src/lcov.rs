@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use regex::Regex;
 
-use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion, FunctionShape};
+use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion};
 use crate::mapping::FileName;
 
 /// What to include, named after llvm-cov's options.
@@ -54,6 +54,14 @@ impl Summary {
         self.lines_hit += other.lines_hit;
         self.branches += other.branches;
         self.branches_hit += other.branches_hit;
+    }
+
+    /// Takes back what [`Self::add`] added.
+    fn sub(&mut self, other: Summary) {
+        self.lines -= other.lines;
+        self.lines_hit -= other.lines_hit;
+        self.branches -= other.branches;
+        self.branches_hit -= other.branches_hit;
     }
 
     /// Instantiations of one group merge by taking the largest numbers.
@@ -304,22 +312,6 @@ fn function_summary<'m>(coverage: &Coverage<'m>, index: usize, data: &mut Covera
     coverage.for_function_into(index, data);
     let mut s = lines_summary(&data.segments);
     for branches in coverage.summary_branches(index) {
-        s.add_branches(branches);
-    }
-    s
-}
-
-/// [`function_summary`] from the function's `shape`; `slots` is a buffer.
-fn shaped_summary<'m>(
-    coverage: &Coverage<'m>,
-    index: usize,
-    shape: &FunctionShape,
-    slots: &mut Vec<u64>,
-    data: &mut CoverageData<'m>,
-) -> Summary {
-    coverage.shaped_segments_into(index, shape, slots, data);
-    let mut s = lines_summary(&data.segments);
-    for branches in coverage.shaped_branches(index, shape) {
         s.add_branches(branches);
     }
     s

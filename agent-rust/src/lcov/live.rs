@@ -27,17 +27,18 @@
 //!
 //! A record stays from dump to dump, for every file of the program: its
 //! parts are small (indices as `u32`, in flat vectors with ranges, not a
-//! vector or a map each; a group's totals summed when the text is written),
+//! vector or a map each; the file's totals kept, a group's taken out and
+//! added again when its functions ran),
 //! and its `SF` and `FN` lines are kept once, in its text, where the next
 //! text and its `FNDA` lines take them (and the functions' names) from.
 
 use hyper::body::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, shaped_summary, write_fn_lines};
+use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, write_fn_lines};
 use super::{write_lines, write_placed_branches};
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
-use crate::coverage::{Coverage, CoverageData, FunctionRecord, FunctionShape, Shape, Span, NO_SLOT};
+use crate::coverage::{Coverage, CoverageData, FunctionRecord, Shape, Span, NO_SLOT};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -53,9 +54,11 @@ pub struct LiveFile {
     /// change while the modules do not.
     head: usize,
     /// Where the display names of the functions defined in the file are in
-    /// the head (in `FN` order), and their counts.
+    /// the head (in `FN` order), their counts, and where their `FNDA` lines
+    /// end in the text.
     names: Vec<(u32, u32)>,
     executions: Vec<u64>,
+    fnda_ends: Vec<u32>,
     /// By line.
     stretches: Vec<Stretch>,
     /// The functions of each stretch (see [`Stretch::functions`]).
@@ -64,6 +67,12 @@ pub struct LiveFile {
     /// with its own summary and count: `members[groups[g].0..groups[g].1]`.
     groups: Vec<(u32, u32)>,
     members: Vec<Member>,
+    /// The members' zero masks (see [`Member::mask`]), a run of words each.
+    masks: Vec<u64>,
+    /// The sum of the groups' summaries, and how many of them ran: the
+    /// `LF`/`LH`/`BRF`/`BRH` and `FNH` lines.
+    total: Summary,
+    hit: u32,
     /// Of each function: its slot in `names`, its group, its stretches;
     /// (function, slot or group or stretch), sorted.
     defined_at: Vec<(u32, u32)>,
@@ -111,7 +120,7 @@ struct Work<'m> {
     data: CoverageData<'m>,
     spans: Vec<Span>,
     branches: Vec<PlacedBranch>,
-    slots: Vec<u64>,
+    mask: Vec<u64>,
     fresh: Fresh,
 }
 
@@ -274,13 +283,16 @@ struct Member {
     /// fewer branches than regions).
     summary: [u32; 4],
     executions: u64,
-    /// What its summary reads, once it ran again (see [`Kept`]).
-    shape: Option<Box<FunctionShape>>,
+    /// Where its [`zero_mask`] as of its summary is in `LiveFile::masks`,
+    /// once it ran again, or [`NO_MASK`].
+    mask: u32,
 }
+
+const NO_MASK: u32 = u32::MAX;
 
 impl Member {
     fn new(function: u32, summary: Summary, executions: u64) -> Member {
-        let mut member = Member { function, summary: [0; 4], executions: 0, shape: None };
+        let mut member = Member { function, summary: [0; 4], executions: 0, mask: NO_MASK };
         member.set(summary, executions);
         member
     }
@@ -295,6 +307,54 @@ impl Member {
         let [lines, lines_hit, branches, branches_hit] = self.summary.map(u64::from);
         Summary { lines, lines_hit, branches, branches_hit }
     }
+}
+
+/// The summary of a group of `members` (the largest of theirs), and
+/// whether one of them ran.
+fn group_summary(members: &[Member]) -> (Summary, bool) {
+    let mut summary: Option<Summary> = None;
+    let mut executions = 0u64;
+    for member in members {
+        executions = executions.wrapping_add(member.executions);
+        match &mut summary {
+            None => summary = Some(member.summary()),
+            Some(summary) => summary.merge_max(member.summary()),
+        }
+    }
+    (summary.unwrap_or_default(), executions > 0)
+}
+
+/// Which of a function's counts are zero, into `mask` (a bit per region,
+/// two per branch, a word more): whether its summary is a function of that
+/// alone. A summary counts lines and branch sides with a count above zero,
+/// and a line's count is the largest of its regions' (regions of one
+/// extent summed): it is, unless a sum could wrap to zero. Counts read
+/// while the program runs can be off (an expression of counters read at
+/// different times, wrapped below zero), so it is only trusted for counts
+/// below 2^48 and fewer than 2^16 regions. The last word tells: 0 when
+/// it is, 1 when not, so that no mask read then is ever found equal to one
+/// read later.
+fn zero_mask(record: &FunctionRecord<'_>, mask: &mut Vec<u64>) -> bool {
+    const SMALL: u64 = 1 << 48;
+    mask.clear();
+    let mut word = 0u64;
+    let mut bits = 0;
+    let mut small = record.regions.len() + record.branches.len() < 1 << 16;
+    let counts = record.regions.iter().map(|r| r.count).chain(record.branches.iter().flat_map(|b| [b.count, b.false_count]));
+    for count in counts {
+        small &= count < SMALL;
+        word |= u64::from(count != 0) << bits;
+        bits += 1;
+        if bits == 64 {
+            mask.push(word);
+            (word, bits) = (0, 0);
+        }
+    }
+    if bits > 0 {
+        mask.push(word);
+    }
+    mask.push(u64::from(!small));
+    small
 }
 
 /// A range of `u32` indices as one of `usize`.
@@ -344,7 +404,7 @@ impl LiveFile {
                 (from as u32, to as u32)
             })
             .collect();
-        let executions = coverage.functions_in(file).map(|f| f.execution_count).collect();
+        let executions: Vec<u64> = coverage.functions_in(file).map(|f| f.execution_count).collect();
         let defined_at = index(coverage.functions_in(file).enumerate().map(|(slot, f)| (f.mapping_index as u32, slot as u32)).collect());
 
         // Stretches: the line spans of the regions in the file, merged where
@@ -378,16 +438,21 @@ impl LiveFile {
                 _ => stretches.push((lo, hi, vec![at])),
             }
         }
+        let fnda_ends = vec![head.len() as u32; executions.len()];
         let mut live = LiveFile {
             file,
             head: head.len(),
             text: Bytes::from(head),
             names: fn_names,
             executions,
+            fnda_ends,
             stretches: Vec::with_capacity(stretches.len()),
             stretch_functions: Vec::new(),
             groups: Vec::new(),
             members: Vec::new(),
+            masks: Vec::new(),
+            total: Summary::default(),
+            hit: 0,
             defined_at,
             group_of: Vec::new(),
             stretches_of: Vec::new(),
@@ -417,6 +482,9 @@ impl LiveFile {
                 Member::new(f.mapping_index as u32, summary, f.execution_count)
             }));
             live.groups.push((from as u32, live.members.len() as u32));
+            let (summary, ran) = group_summary(&live.members[from..]);
+            live.total.add(summary);
+            live.hit += u32::from(ran);
             group_of.extend(live.members[from..].iter().map(|m| (m.function, g as u32)));
         }
         live.group_of = index(group_of);
@@ -425,7 +493,8 @@ impl LiveFile {
         live.stretches_of.sort_unstable();
         live.stretch_functions.shrink_to_fit();
         live.stretches_of.shrink_to_fit();
-        live.render(&work.fresh);
+        let all: Vec<usize> = (0..live.executions.len()).collect();
+        live.render(&work.fresh, &all);
         live
     }
 
@@ -466,11 +535,18 @@ impl LiveFile {
         let mut loaded: Vec<(usize, usize)> = wanted.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
         loaded.sort_unstable();
         loaded.dedup();
+        // The `FNDA` lines of the counts that changed.
+        let mut fresh_names = Vec::new();
         for &(i, at) in &loaded {
             if let Some(slot) = find(&self.defined_at, i) {
-                self.executions[slot] = coverage.functions[at].execution_count;
+                let count = coverage.functions[at].execution_count;
+                if self.executions[slot] != count {
+                    self.executions[slot] = count;
+                    fresh_names.push(slot);
+                }
             }
         }
+        fresh_names.sort_unstable();
         let mut work = Work::default();
         // The lines computed again take about as much room as they did.
         let mut lengths = (0, 0);
@@ -490,23 +566,41 @@ impl LiveFile {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
             self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, true, &mut work);
         }
+        // A group's summary taken out of the totals, its members' updated,
+        // and it added back. A member's summary is computed again only when
+        // which of its counts are zero changed: a service runs the same
+        // paths again and again.
+        let Work { data, mask, .. } = &mut work;
         for g in groups {
-            for member in &mut self.members[range(self.groups[g])] {
-                if let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) {
-                    let at = loaded[k].1;
-                    if member.shape.is_none() {
-                        member.shape = coverage.function_shape(at).map(Box::new);
-                    }
-                    let summary = match &member.shape {
-                        Some(shape) => shaped_summary(coverage, at, shape, &mut work.slots, &mut work.data),
-                        None => function_summary(coverage, at, &mut work.data),
-                    };
-                    member.set(summary, coverage.functions[at].execution_count);
+            let members = &mut self.members[range(self.groups[g])];
+            let (before, ran) = group_summary(members);
+            self.total.sub(before);
+            self.hit -= u32::from(ran);
+            for member in members.iter_mut() {
+                let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) else { continue };
+                let at = loaded[k].1;
+                let record = &coverage.functions[at];
+                let trusted = zero_mask(record, mask);
+                let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
+                if trusted && stored.clone().and_then(|r| self.masks.get(r)) == Some(&mask[..]) {
+                    member.executions = record.execution_count;
+                    continue;
                 }
+                match stored.and_then(|r| self.masks.get_mut(r)) {
+                    Some(words) => words.copy_from_slice(mask),
+                    None => {
+                        member.mask = self.masks.len() as u32;
+                        self.masks.extend_from_slice(mask);
+                    }
+                }
+                member.set(function_summary(coverage, at, data), record.execution_count);
             }
+            let (after, ran) = group_summary(members);
+            self.total.add(after);
+            self.hit += u32::from(ran);
         }
         work.fresh.stretches.sort_unstable_by_key(|f| f.0);
-        self.render(&work.fresh);
+        self.render(&work.fresh, &fresh_names);
     }
 
     /// The stretches and groups of `changed`.
@@ -523,74 +617,77 @@ impl LiveFile {
     }
 
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
-    /// again: the counts, totals and `fresh` stretches (by index) new, the
-    /// other stretches' lines copied from the last text.
-    fn render(&mut self, fresh: &Fresh) {
+    /// again: the totals, the `FNDA` lines of the `fresh_names` (slots, in
+    /// order) and the `fresh` stretches (by index) new, the rest copied
+    /// from the last text, in runs.
+    fn render(&mut self, fresh: &Fresh, fresh_names: &[usize]) {
         let last = &self.text;
         let copy = |out: &mut String, at: (u32, u32)| {
             let bytes = last.get(range(at)).unwrap_or_default();
             // Safety: `last` is only ever set from a `String`, and a range
             // copied holds its head, a name in it (whole lines and what
-            // follows their first comma), or whole `DA`/`BRDA` lines (ASCII).
-            // Checking it again would cost as much as copying it.
+            // follows their first comma), or whole `FNDA`, `DA` or `BRDA`
+            // lines (ASCII but for the names, whole). Checking it again
+            // would cost as much as copying it.
             out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
         };
         // Counts only grow: the text a little longer than the last, whose
         // growth would copy it all again.
         let mut out = String::with_capacity((last.len() + last.len() / 32 + 64).max(self.head * 2));
         copy(&mut out, (0, self.head as u32));
-        // As `super::write_fnda_lines`, from the names in the head.
-        for (&count, &name) in self.executions.iter().zip(&self.names) {
-            out.push_str("FNDA:");
-            push_int(&mut out, count);
-            out.push(',');
-            copy(&mut out, name);
-            out.push('\n');
-        }
-        // As `super::file_summary` sums a file's groups: each the largest of
-        // its functions' summaries, and the sum of their counts.
-        let mut total = Summary::default();
-        let mut hit = 0;
-        for &g in &self.groups {
-            let mut summary: Option<Summary> = None;
-            let mut executions = 0u64;
-            for member in &self.members[range(g)] {
-                executions = executions.wrapping_add(member.executions);
-                match &mut summary {
-                    None => summary = Some(member.summary()),
-                    Some(summary) => summary.merge_max(member.summary()),
-                }
+        // `run`: where the lines copied next begin in the last text; `from`:
+        // where the current one does. A line's end moves by what the lines
+        // before it grew.
+        let mut from = self.head as u32;
+        let mut run = from;
+        let mut next = fresh_names.iter().peekable();
+        for (slot, end) in self.fnda_ends.iter_mut().enumerate() {
+            if next.next_if(|&&s| s == slot).is_some() {
+                copy(&mut out, (run, from));
+                // As `super::write_fnda_lines`, from the names in the head.
+                out.push_str("FNDA:");
+                push_int(&mut out, self.executions[slot]);
+                out.push(',');
+                copy(&mut out, self.names[slot]);
+                out.push('\n');
+                run = *end;
             }
-            total.add(summary.unwrap_or_default());
-            hit += usize::from(executions > 0);
+            from = *end;
+            *end = (out.len() + (from - run) as usize) as u32;
         }
+        copy(&mut out, (run, from));
         push_line(&mut out, "FNF:", self.groups.len());
-        push_line(&mut out, "FNH:", hit);
-        // `from`: where the stretch's lines begin in the last text.
+        push_line(&mut out, "FNH:", self.hit as usize);
         let mut from = self.lines_at;
         self.lines_at = out.len() as u32;
+        let mut run = from;
         let mut next = fresh.stretches.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
-            match next.next_if(|f| f.0 == k) {
-                Some(&(_, da, _)) => out.push_str(&fresh.da[range(da)]),
-                None => copy(&mut out, (from, s.da_end)),
+            if let Some(&(_, da, _)) = next.next_if(|f| f.0 == k) {
+                copy(&mut out, (run, from));
+                out.push_str(&fresh.da[range(da)]);
+                run = s.da_end;
             }
             from = s.da_end;
-            s.da_end = out.len() as u32;
+            s.da_end = (out.len() + (from - run) as usize) as u32;
         }
+        copy(&mut out, (run, from));
+        let mut run = from;
         let mut next = fresh.stretches.iter().peekable();
         for (k, s) in self.stretches.iter_mut().enumerate() {
-            match next.next_if(|f| f.0 == k) {
-                Some(&(_, _, brda)) => out.push_str(&fresh.brda[range(brda)]),
-                None => copy(&mut out, (from, s.brda_end)),
+            if let Some(&(_, _, brda)) = next.next_if(|f| f.0 == k) {
+                copy(&mut out, (run, from));
+                out.push_str(&fresh.brda[range(brda)]);
+                run = s.brda_end;
             }
             from = s.brda_end;
-            s.brda_end = out.len() as u32;
+            s.brda_end = (out.len() + (from - run) as usize) as u32;
         }
-        push_line(&mut out, "BRF:", total.branches);
-        push_line(&mut out, "BRH:", total.branches_hit);
-        push_line(&mut out, "LF:", total.lines);
-        push_line(&mut out, "LH:", total.lines_hit);
+        copy(&mut out, (run, from));
+        push_line(&mut out, "BRF:", self.total.branches);
+        push_line(&mut out, "BRH:", self.total.branches_hit);
+        push_line(&mut out, "LF:", self.total.lines);
+        push_line(&mut out, "LH:", self.total.lines_hit);
         out.push_str("end_of_record\n");
         self.text = Bytes::from(out);
     }
