@@ -13,17 +13,11 @@
 //! arena of the program in turn, and the agent must not stall the
 //! program's own allocations.
 //!
-//! A few freed mappings, [`SPARE_BYTES`] at most, are kept for the next
-//! large blocks: a dump writes its records into new buffers the size of
-//! the last dump's, and pages mapped afresh are each a fault, zeroed by the
-//! kernel, on first touch.
-//!
 //! Written here because no allocator crate does just this: the general
 //! ones (jemalloc, mimalloc) replace small blocks too, and bring a C build.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 /// Blocks this large or larger are mapped on their own. glibc's initial
 /// mapping threshold is 128 KiB, but most of the agent's records are
@@ -32,52 +26,6 @@ use std::sync::Mutex;
 pub const LARGE: usize = 16 * 1024;
 
 pub struct AgentAllocator;
-
-/// How many bytes of freed mappings are kept, in how many blocks: about
-/// what one dump of a large program (redis: 1.8 MB of records) maps anew.
-const SPARE_BYTES: usize = 2 << 20;
-const SPARE_BLOCKS: usize = 64;
-
-/// Freed mappings kept for reuse: (address, length), length 0 for none.
-struct Spare {
-    blocks: [(usize, usize); SPARE_BLOCKS],
-    bytes: usize,
-}
-
-static SPARE: Mutex<Spare> = Mutex::new(Spare { blocks: [(0, 0); SPARE_BLOCKS], bytes: 0 });
-
-impl Spare {
-    /// A kept mapping for a block of `len` bytes (page-rounded): the
-    /// smallest of those at least as long and at most half as long again,
-    /// its pages beyond `len` unmapped.
-    fn take(&mut self, len: usize) -> Option<*mut u8> {
-        let fits = |&(_, l): &(usize, usize)| l >= len && l <= len + len / 2;
-        let k = (0..SPARE_BLOCKS).filter(|&k| fits(&self.blocks[k])).min_by_key(|&k| self.blocks[k].1)?;
-        let (at, l) = std::mem::take(&mut self.blocks[k]);
-        self.bytes -= l;
-        if l > len {
-            // Safety: the tail of a mapping this allocator made and owns.
-            unsafe { libc::munmap((at + len) as *mut libc::c_void, l - len) };
-        }
-        Some(at as *mut u8)
-    }
-
-    /// Keeps a freed mapping, if there is room: whether it did.
-    fn put(&mut self, at: *mut u8, len: usize) -> bool {
-        if self.bytes + len > SPARE_BYTES {
-            return false;
-        }
-        let Some(free) = self.blocks.iter_mut().find(|b| b.1 == 0) else { return false };
-        *free = (at as usize, len);
-        self.bytes += len;
-        true
-    }
-}
-
-fn spare() -> std::sync::MutexGuard<'static, Spare> {
-    // Nothing panics while it is held.
-    SPARE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 static PAGE: AtomicUsize = AtomicUsize::new(0);
 
@@ -106,16 +54,7 @@ fn mapping_len(size: usize) -> usize {
     size.div_ceil(page) * page
 }
 
-/// A mapping for a block of `size` bytes: a kept one, or a new one. Its
-/// bytes are zero only if `zeroed` is asked.
-unsafe fn map(size: usize, zeroed: bool) -> *mut u8 {
-    if let Some(p) = spare().take(mapping_len(size)) {
-        if zeroed {
-            // Safety: the mapping is at least `size` bytes long, and ours.
-            unsafe { p.write_bytes(0, size) };
-        }
-        return p;
-    }
+unsafe fn map(size: usize) -> *mut u8 {
     // Safety: a new anonymous private mapping, shared with no one.
     let p = unsafe {
         libc::mmap(
@@ -141,7 +80,7 @@ unsafe impl GlobalAlloc for AgentAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if mapped(layout) {
             // Safety: see `map`.
-            unsafe { map(layout.size(), false) }
+            unsafe { map(layout.size()) }
         } else {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.alloc(layout) }
@@ -151,8 +90,8 @@ unsafe impl GlobalAlloc for AgentAllocator {
     #[inline(never)]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if mapped(layout) {
-            // Safety: see `map`.
-            unsafe { map(layout.size(), true) }
+            // Safety: see `map`; anonymous mappings are zeroed.
+            unsafe { map(layout.size()) }
         } else {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.alloc_zeroed(layout) }
@@ -162,12 +101,9 @@ unsafe impl GlobalAlloc for AgentAllocator {
     #[inline(never)]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if mapped(layout) {
-            let len = mapping_len(layout.size());
-            if !spare().put(ptr, len) {
-                // Safety: `ptr` is a mapping of this length, made by `map`
-                // or `realloc` for this layout.
-                unsafe { libc::munmap(ptr.cast(), len) };
-            }
+            // Safety: `ptr` is a mapping of this length, made by `map` or
+            // `realloc` for this layout.
+            unsafe { libc::munmap(ptr.cast(), mapping_len(layout.size())) };
         } else {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.dealloc(ptr, layout) }
