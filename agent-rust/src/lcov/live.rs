@@ -33,7 +33,7 @@
 //! text and its `FNDA` lines take them (and the functions' names) from.
 
 use hyper::body::Bytes;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, write_fn_lines};
 use super::{write_lines, write_placed_branches};
@@ -599,21 +599,25 @@ impl LiveFile {
             self.total.add(after);
             self.hit += u32::from(ran);
         }
-        work.fresh.stretches.sort_unstable_by_key(|f| f.0);
         self.render(&work.fresh, &fresh_names);
     }
 
-    /// The stretches and groups of `changed`.
+    /// The stretches and groups of `changed`, in order (the stretches are
+    /// computed, and their lines written, in the order of the text).
     fn reached(&self, changed: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        let mut stretches = FxHashSet::default();
-        let mut groups = FxHashSet::default();
+        let mut stretches = Vec::new();
+        let mut groups = Vec::new();
         for &i in changed {
             let from = self.stretches_of.partition_point(|&(f, _)| (f as usize) < i);
             let of_i = self.stretches_of[from..].iter().take_while(|&&(f, _)| f as usize == i);
             stretches.extend(of_i.map(|&(_, k)| k as usize));
             groups.extend(find(&self.group_of, i));
         }
-        (stretches.into_iter().collect(), groups.into_iter().collect())
+        for found in [&mut stretches, &mut groups] {
+            found.sort_unstable();
+            found.dedup();
+        }
+        (stretches, groups)
     }
 
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
