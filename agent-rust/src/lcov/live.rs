@@ -626,68 +626,31 @@ impl LiveFile {
     /// from the last text, in runs.
     fn render(&mut self, fresh: &Fresh, fresh_names: &[usize]) {
         let last = &self.text;
-        let copy = |out: &mut String, at: (u32, u32)| {
-            let bytes = last.get(range(at)).unwrap_or_default();
-            // Safety: `last` is only ever set from a `String`, and a range
-            // copied holds its head, a name in it (whole lines and what
-            // follows their first comma), or whole `FNDA`, `DA` or `BRDA`
-            // lines (ASCII but for the names, whole). Checking it again
-            // would cost as much as copying it.
-            out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
-        };
+        // As `super::write_fnda_lines`, from the names in the head.
+        let mut fnda = String::new();
+        let mut fnda_at = Vec::with_capacity(fresh_names.len());
+        for &slot in fresh_names {
+            let from = fnda.len() as u32;
+            fnda.push_str("FNDA:");
+            push_int(&mut fnda, self.executions[slot]);
+            fnda.push(',');
+            copy_from(&mut fnda, last, self.names[slot]);
+            fnda.push('\n');
+            fnda_at.push((slot, (from, fnda.len() as u32)));
+        }
         // Counts only grow: the text a little longer than the last, whose
         // growth would copy it all again.
         let mut out = String::with_capacity((last.len() + last.len() / 32 + 64).max(self.head * 2));
-        copy(&mut out, (0, self.head as u32));
-        // `run`: where the lines copied next begin in the last text; `from`:
-        // where the current one does. A line's end moves by what the lines
-        // before it grew.
-        let mut from = self.head as u32;
-        let mut run = from;
-        let mut next = fresh_names.iter().peekable();
-        for (slot, end) in self.fnda_ends.iter_mut().enumerate() {
-            if next.next_if(|&&s| s == slot).is_some() {
-                copy(&mut out, (run, from));
-                // As `super::write_fnda_lines`, from the names in the head.
-                out.push_str("FNDA:");
-                push_int(&mut out, self.executions[slot]);
-                out.push(',');
-                copy(&mut out, self.names[slot]);
-                out.push('\n');
-                run = *end;
-            }
-            from = *end;
-            *end = (out.len() + (from - run) as usize) as u32;
-        }
-        copy(&mut out, (run, from));
+        copy_from(&mut out, last, (0, self.head as u32));
+        let fnda_lines = fnda_at.iter().map(|&(slot, at)| (slot, &fnda[range(at)]));
+        splice(&mut out, last, self.head as u32, self.fnda_ends.iter_mut(), fnda_lines);
         push_line(&mut out, "FNF:", self.groups.len());
         push_line(&mut out, "FNH:", self.hit as usize);
-        let mut from = self.lines_at;
-        self.lines_at = out.len() as u32;
-        let mut run = from;
-        let mut next = fresh.stretches.iter().peekable();
-        for (k, s) in self.stretches.iter_mut().enumerate() {
-            if let Some(&(_, da, _)) = next.next_if(|f| f.0 == k) {
-                copy(&mut out, (run, from));
-                out.push_str(&fresh.da[range(da)]);
-                run = s.da_end;
-            }
-            from = s.da_end;
-            s.da_end = (out.len() + (from - run) as usize) as u32;
-        }
-        copy(&mut out, (run, from));
-        let mut run = from;
-        let mut next = fresh.stretches.iter().peekable();
-        for (k, s) in self.stretches.iter_mut().enumerate() {
-            if let Some(&(_, _, brda)) = next.next_if(|f| f.0 == k) {
-                copy(&mut out, (run, from));
-                out.push_str(&fresh.brda[range(brda)]);
-                run = s.brda_end;
-            }
-            from = s.brda_end;
-            s.brda_end = (out.len() + (from - run) as usize) as u32;
-        }
-        copy(&mut out, (run, from));
+        let da_from = std::mem::replace(&mut self.lines_at, out.len() as u32);
+        let da = fresh.stretches.iter().map(|&(k, da, _)| (k, &fresh.da[range(da)]));
+        let brda_from = splice(&mut out, last, da_from, self.stretches.iter_mut().map(|s| &mut s.da_end), da);
+        let brda = fresh.stretches.iter().map(|&(k, _, brda)| (k, &fresh.brda[range(brda)]));
+        splice(&mut out, last, brda_from, self.stretches.iter_mut().map(|s| &mut s.brda_end), brda);
         push_line(&mut out, "BRF:", self.total.branches);
         push_line(&mut out, "BRH:", self.total.branches_hit);
         push_line(&mut out, "LF:", self.total.lines);
@@ -695,6 +658,47 @@ impl LiveFile {
         out.push_str("end_of_record\n");
         self.text = Bytes::from(out);
     }
+}
+
+/// Writes a run of parts of a record again into `out`: those of `fresh`
+/// ((index, text), by index) new, the others copied from the `last` text
+/// in runs. The parts end at `ends` in the last text (the first begins at
+/// `from`), and are set to where they end in `out`; returns where the last
+/// one ended in the last text.
+fn splice<'e, 'f>(
+    out: &mut String,
+    last: &Bytes,
+    from: u32,
+    ends: impl Iterator<Item = &'e mut u32>,
+    fresh: impl Iterator<Item = (usize, &'f str)>,
+) -> u32 {
+    // `run`: where the parts copied next begin in the last text; `from`:
+    // where the current one does. A part's end moves by what the parts
+    // before it grew.
+    let (mut from, mut run) = (from, from);
+    let mut fresh = fresh.peekable();
+    for (k, end) in ends.enumerate() {
+        if let Some((_, text)) = fresh.next_if(|f| f.0 == k) {
+            copy_from(out, last, (run, from));
+            out.push_str(text);
+            run = *end;
+        }
+        from = *end;
+        *end = (out.len() + (from - run) as usize) as u32;
+    }
+    copy_from(out, last, (run, from));
+    from
+}
+
+/// Copies the bytes `at` of the `last` text of a record to `out`.
+fn copy_from(out: &mut String, last: &Bytes, at: (u32, u32)) {
+    let bytes = last.get(range(at)).unwrap_or_default();
+    // Safety: a record's text is only ever set from a `String`, and a range
+    // copied holds its head, a name in it (whole lines and what follows
+    // their first comma), or whole `FNDA`, `DA` or `BRDA` lines (ASCII but
+    // for the names, whole). Checking it again would cost as much as
+    // copying it.
+    out.push_str(unsafe { std::str::from_utf8_unchecked(bytes) });
 }
 
 impl Stretch {
