@@ -156,8 +156,10 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         let partial = Coverage::of_functions(&mapping, &now, loaded.into_iter());
         let index_of: FxHashMap<usize, usize> =
             partial.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+        // One scratch for every record, as the agent's dumps share it.
+        let mut work = lcov::Work::default();
         for (file, changed) in &touched {
-            live.get_mut(file).unwrap().update(&partial, &index_of, changed);
+            live.get_mut(file).unwrap().update(&partial, &index_of, changed, &mut work);
             updated_files += 1;
         }
 

@@ -139,11 +139,20 @@ type Key = (u64, u64);
 /// A record a dump updates: its file, and the functions in it that ran.
 type Touched = (FileName, Vec<usize>);
 
-/// The functions whose counters changed since the last dump: their keys,
-/// and per module their records, decoded again.
+/// The functions whose counters changed since the last dump. Those of a
+/// key with one record (most) are merged already: the merge of one record
+/// is its counters as they are. The others (a key in several modules) by
+/// their keys, and per module their records, decoded again.
 struct Changed {
+    merged: Vec<(u32, Vec<u64>)>,
     keys: FxHashSet<Key>,
     records: Vec<Vec<FunctionCounters>>,
+}
+
+impl Changed {
+    fn is_empty(&self) -> bool {
+        self.merged.is_empty() && self.keys.is_empty()
+    }
 }
 
 /// The records a report merges: every one (a whole report), or those whose
@@ -458,7 +467,7 @@ impl Engine {
             && self.last.modules.len() == self.modules.len();
         if incremental {
             let changed = self.changed_since_last()?;
-            if changed.keys.is_empty() && self.last.written_with == written_with {
+            if changed.is_empty() && self.last.written_with == written_with {
                 return Ok(self.last.report.clone());
             }
             return self.report_or_forget(options, Merge::Changed(changed));
@@ -537,7 +546,8 @@ impl Engine {
     /// Reads the counters of reported functions from memory and compares
     /// them with the last dump's; decodes and keeps those that changed.
     fn changed_since_last(&mut self) -> Result<Changed> {
-        let mut changed = Changed { keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
+        let mut changed =
+            Changed { merged: Vec::new(), keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
         let mut bytes = Vec::new();
         let keys = &self.last.keys;
         // Keys with several records that changed, and the records changed.
@@ -564,14 +574,16 @@ impl Engine {
                     last.copy_from_slice(&bytes);
                     let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
                     let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
+                    if self.last.shared.binary_search(&r.key).is_err() {
+                        changed.merged.push((r.key, counters));
+                        continue;
+                    }
                     changed.keys.insert((name_ref, hash));
                     // The bitmap is left out: LCOV reports do not read it
                     // (see `MergedCounts`), and it changes no merged count.
                     changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
-                    if self.last.shared.binary_search(&r.key).is_ok() {
-                        shared_changed.push(r.key);
-                        changed_records.push((i, j));
-                    }
+                    shared_changed.push(r.key);
+                    changed_records.push((i, j));
                 }
             }
         }
@@ -625,6 +637,11 @@ impl Engine {
             }
             Some(changed) => {
                 let mut functions = Vec::new();
+                for (k, counts) in &changed.merged {
+                    let k = *k as usize;
+                    last.set_merged(k, Some(counts));
+                    functions.extend(functions_with(last, &self.mapping, last.keys[k]).iter().map(|&i| i as usize));
+                }
                 for key in &changed.keys {
                     // A changed key is a record's: it is in `keys`.
                     if let Ok(k) = last.keys.binary_search(key) {
@@ -695,11 +712,13 @@ impl Engine {
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
             let index_of: FxHashMap<usize, usize> =
                 coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+            let mut work = lcov::Work::default();
             for (file, changed) in &files {
                 if let Some(live) = &mut self.last.files[*file as usize] {
-                    live.update(&coverage, &index_of, changed);
+                    live.update(&coverage, &index_of, changed, &mut work);
                 }
             }
+            drop(work);
             drop(coverage);
             self.release_done(&done);
         }

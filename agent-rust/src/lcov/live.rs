@@ -114,9 +114,12 @@ struct Fresh {
 /// Where some lines are in a text: (from, to) byte offsets.
 type TextRange = (u32, u32);
 
-/// The buffers of computing stretches, reused from one to the next.
+/// The buffers of computing records, reused from one stretch to the
+/// next, and from one record to the next: a dump updates tens of records,
+/// and buffers made for each would be allocated and given back each time
+/// (the larger ones mapped from the kernel and unmapped).
 #[derive(Default)]
-struct Work<'m> {
+pub struct Work<'m> {
     data: CoverageData<'m>,
     spans: Vec<Span>,
     branches: Vec<PlacedBranch>,
@@ -527,7 +530,13 @@ impl LiveFile {
     /// Computes again what `changed` reach, from `coverage`, which loaded
     /// them and what [`Self::needs`] named; `index_of` maps a function to
     /// its place in `coverage`.
-    pub fn update(&mut self, coverage: &Coverage<'_>, index_of: &FxHashMap<usize, usize>, changed: &[usize]) {
+    pub fn update<'m>(
+        &mut self,
+        coverage: &Coverage<'m>,
+        index_of: &FxHashMap<usize, usize>,
+        changed: &[usize],
+        work: &mut Work<'m>,
+    ) {
         let (stretches, groups) = self.reached(changed);
         let mut wanted = changed.to_vec();
         self.needs_of(&stretches, &mut wanted);
@@ -547,7 +556,10 @@ impl LiveFile {
             }
         }
         fresh_names.sort_unstable();
-        let mut work = Work::default();
+        let fresh = &mut work.fresh;
+        fresh.da.clear();
+        fresh.brda.clear();
+        fresh.stretches.clear();
         // The lines computed again take about as much room as they did.
         let mut lengths = (0, 0);
         for &k in &stretches {
@@ -559,18 +571,18 @@ impl LiveFile {
             lengths.0 += s.da_end.saturating_sub(da_from) as usize + 16;
             lengths.1 += s.brda_end.saturating_sub(brda_from) as usize + 16;
         }
-        work.fresh.da.reserve(lengths.0);
-        work.fresh.brda.reserve(lengths.1);
+        fresh.da.reserve(lengths.0);
+        fresh.brda.reserve(lengths.1);
         let n = self.stretches.len();
         for k in stretches {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
-            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, true, &mut work);
+            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, true, work);
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
         // which of its counts are zero changed: a service runs the same
         // paths again and again.
-        let Work { data, mask, .. } = &mut work;
+        let Work { data, mask, .. } = work;
         for g in groups {
             let members = &mut self.members[range(self.groups[g])];
             let (before, ran) = group_summary(members);
