@@ -229,6 +229,21 @@ impl CoverageMapping {
         self.names.get(f.name.table as usize).and_then(|t| t.get(f.name.index as usize)).unwrap_or_default()
     }
 
+    /// Keeps of the names tables only the names of the functions left (a
+    /// reader that drops functions from `functions`, as a live agent drops
+    /// those no report shows). The tables are whole names sections: a Rust
+    /// program's has tens of thousands of names of the standard library and
+    /// its dependencies, megabytes, for the hundreds of functions of its own.
+    pub fn keep_names_of_functions(&mut self) {
+        let names: Names = self.functions.iter().map(|f| self.name(f)).collect();
+        for (index, f) in self.functions.iter_mut().enumerate() {
+            // A mapping of 2^32 functions or more (a section of hundreds of
+            // gigabytes) would show the last ones nameless, not fail.
+            f.name = NameAt { table: 0, index: u32::try_from(index).unwrap_or(u32::MAX) };
+        }
+        self.names = vec![Arc::new(names)];
+    }
+
     pub fn file_name(&self, id: FileName) -> &str {
         &self.files[id as usize]
     }

@@ -955,6 +955,7 @@ fn drop_unreported(mapping: &mut CoverageMapping, ignore: &[Regex]) {
     let ignored = ignored_files(mapping, ignore);
     mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
     mapping.functions.shrink_to_fit();
+    mapping.keep_names_of_functions();
 }
 
 /// Per file of the mapping (by `FileName`), whether `ignore` leaves it out
