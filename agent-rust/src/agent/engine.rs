@@ -478,10 +478,23 @@ impl Engine {
         if reset {
             self.rebase(&snapshots);
         }
+        // Of the records, those of names the mapping has, and those of no
+        // name (llvm-profdata files them under the empty one, where a name
+        // it lacks is looked up): no other changes a count of a report.
+        // They are most of a Rust program's (the standard library's, its
+        // dependencies').
+        let in_mapping = |name_ref: u64| self.last.by_key_names.binary_search(&name_ref).is_ok();
         let mut decoded = Vec::with_capacity(self.modules.len());
         for (m, snap) in self.modules.iter().zip(snapshots) {
-            let (records, spans): (Vec<_>, Vec<_>) = m.records_with_spans(&snap)?.into_iter().unzip();
-            decoded.push((records, spans, snap.counters));
+            let (mut records, mut spans, mut indices) = (Vec::new(), Vec::new(), Vec::new());
+            for (j, (r, span)) in m.records_with_spans(&snap)?.into_iter().enumerate() {
+                if in_mapping(r.name_ref) || m.names.index_of(r.name_ref).is_none() {
+                    records.push(r);
+                    spans.push(span);
+                    indices.push(j);
+                }
+            }
+            decoded.push((records, spans, indices, snap.counters));
         }
         let mut keys: Vec<Key> = decoded.iter().flat_map(|(records, ..)| records.iter().map(|r| (r.name_ref, r.hash))).collect();
         keys.sort_unstable();
@@ -492,9 +505,9 @@ impl Engine {
         let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
-        for (records, spans, counters) in decoded {
+        for (records, spans, indices, counters) in decoded {
             let mut kept = Vec::new();
-            for (j, (r, span)) in records.iter().zip(spans).enumerate() {
+            for ((r, span), j) in records.iter().zip(spans).zip(indices) {
                 let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
                 if relevant[k] {
                     let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
