@@ -339,21 +339,24 @@ pub fn decode_records(
     Ok(records.to_function_counters().collect())
 }
 
-/// As [`decode_records`], with where each record's counters are in
-/// `counters`. An agent that keeps a module's records compares those byte
-/// ranges between snapshots and decodes again, with [`decode_counters`],
-/// only the records whose counters changed.
+/// As [`decode_records`], of the records whose name reference `keep` takes,
+/// each with its index among all and where its counters are in `counters`.
+/// An agent that keeps a module's records compares those byte ranges
+/// between snapshots and decodes again, with [`decode_counters`], only the
+/// records whose counters changed; it needs the records of the functions
+/// it reports, a few of a Rust program's thousands.
 pub fn decode_records_with_spans(
     layout: &RecordLayout,
     data: &[u8],
     counters: &[u8],
     bitmap: &[u8],
-) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
+    keep: impl Fn(u64) -> bool,
+) -> Result<Vec<(usize, FunctionCounters, std::ops::Range<usize>)>> {
     let section = |bytes| raw::Section { bytes, base: 0 };
     let mut records = raw::Records::default();
     raw::decode_records_in(layout, section(data), section(counters), section(bitmap), &mut records)?;
-    let spans = records.list.iter().map(|r| r.counters_span.clone());
-    Ok(records.to_function_counters().zip(spans).collect())
+    let kept = records.list.iter().enumerate().filter(|(_, r)| keep(r.name_ref));
+    Ok(kept.map(|(index, r)| (index, records.function_counters(r), r.counters_span.clone())).collect())
 }
 
 /// The counter values of record `index` from its bytes in the counters

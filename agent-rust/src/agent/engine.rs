@@ -486,17 +486,11 @@ impl Engine {
         let in_mapping = |name_ref: u64| self.last.by_key_names.binary_search(&name_ref).is_ok();
         let mut decoded = Vec::with_capacity(self.modules.len());
         for (m, snap) in self.modules.iter().zip(snapshots) {
-            let (mut records, mut spans, mut indices) = (Vec::new(), Vec::new(), Vec::new());
-            for (j, (r, span)) in m.records_with_spans(&snap)?.into_iter().enumerate() {
-                if in_mapping(r.name_ref) || m.names.index_of(r.name_ref).is_none() {
-                    records.push(r);
-                    spans.push(span);
-                    indices.push(j);
-                }
-            }
-            decoded.push((records, spans, indices, snap.counters));
+            let keep = |name_ref| in_mapping(name_ref) || m.names.index_of(name_ref).is_none();
+            decoded.push((m.records_with_spans(&snap, keep)?, snap.counters));
         }
-        let mut keys: Vec<Key> = decoded.iter().flat_map(|(records, ..)| records.iter().map(|r| (r.name_ref, r.hash))).collect();
+        let mut keys: Vec<Key> =
+            decoded.iter().flat_map(|(records, _)| records.iter().map(|(_, r, _)| (r.name_ref, r.hash))).collect();
         keys.sort_unstable();
         keys.dedup();
         keys.shrink_to_fit();
@@ -505,18 +499,18 @@ impl Engine {
         let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
-        for (records, spans, indices, counters) in decoded {
+        for (records, counters) in decoded {
             let mut kept = Vec::new();
-            for ((r, span), j) in records.iter().zip(spans).zip(indices) {
+            for (j, r, span) in &records {
                 let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
                 if relevant[k] {
                     let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
-                    kept.push(Record { index: at(j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?) });
+                    kept.push(Record { index: at(*j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?) });
                 }
             }
             kept.shrink_to_fit();
             states.push(ModuleRecords { records: kept, counters });
-            whole.push(records);
+            whole.push(records.into_iter().map(|(_, r, _)| r).collect());
         }
         let mut records_of = vec![0u8; keys.len()];
         for r in states.iter().flat_map(|state| &state.records) {
@@ -800,7 +794,7 @@ impl Engine {
             mapping
                 .add_object_with_names(&image, |section| shared_names(&m.names, section))
                 .map_err(|e| e.context(&m.id.path.display().to_string()))?;
-            let records = m.records_with_spans(snap)?.into_iter().map(|(r, _)| r).collect();
+            let records = m.records_with_spans(snap, |_| true)?.into_iter().map(|(_, r, _)| r).collect();
             counters.add_module(m.layout.variant, m.names.clone(), records)?;
         }
         drop_unreported(&mut mapping, options.ignore);

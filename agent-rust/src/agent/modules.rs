@@ -237,10 +237,15 @@ impl Module {
         })
     }
 
-    /// Decodes a snapshot into per-function counters, with each record's
+    /// Decodes a snapshot into per-function counters, of the records whose
+    /// name reference `keep` takes: each with its index among all and its
     /// byte range in the snapshot's counters.
-    pub fn records_with_spans(&self, snapshot: &Snapshot) -> Result<Vec<(FunctionCounters, std::ops::Range<usize>)>> {
-        profile::decode_records_with_spans(&self.layout, &snapshot.data, &snapshot.counters, &snapshot.bitmap)
+    pub fn records_with_spans(
+        &self,
+        snapshot: &Snapshot,
+        keep: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(usize, FunctionCounters, std::ops::Range<usize>)>> {
+        profile::decode_records_with_spans(&self.layout, &snapshot.data, &snapshot.counters, &snapshot.bitmap, keep)
             .map_err(|e| e.context(&self.id.path.display().to_string()))
     }
 

@@ -139,12 +139,16 @@ impl Records {
 
     /// The records as [`FunctionCounters`], in order.
     pub fn to_function_counters(&self) -> impl Iterator<Item = FunctionCounters> + '_ {
-        self.list.iter().map(|r| FunctionCounters {
+        self.list.iter().map(|r| self.function_counters(r))
+    }
+
+    pub fn function_counters(&self, r: &Record) -> FunctionCounters {
+        FunctionCounters {
             name_ref: r.name_ref,
             hash: r.hash,
             counters: self.counters_of(r).to_vec(),
             bitmap: self.bitmap_of(r).to_vec(),
-        })
+        }
     }
 }
 
