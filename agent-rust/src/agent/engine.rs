@@ -211,20 +211,34 @@ struct Incremental {
 
 /// A module's records that matter for the report (those of functions with
 /// a reported file: the agent's own code, which runs at every dump, has
-/// none), and the counter bytes of the snapshot they were decoded from.
-/// Once merged, a record's counters are in `counters`, and a dump decodes
-/// again those that changed.
+/// none), and their counter bytes as last read, one record's after the
+/// other (not the whole section: most of a Rust program's records are of
+/// functions no report shows). A dump compares them with the module's and
+/// decodes again the records that changed.
 struct ModuleRecords {
     records: Vec<Record>,
     counters: Vec<u8>,
 }
 
 /// A record of a module: its index there, its key's in `Incremental::keys`,
-/// and where its counters are in `ModuleRecords::counters`.
+/// where its counters are in the module's counter section, and where their
+/// bytes are in `ModuleRecords::counters`.
 struct Record {
     index: u32,
     key: u32,
     counters: (u32, u32),
+    kept_at: u32,
+}
+
+impl Record {
+    fn span(&self) -> std::ops::Range<usize> {
+        self.counters.0 as usize..self.counters.1 as usize
+    }
+
+    fn kept(&self) -> std::ops::Range<usize> {
+        let at = self.kept_at as usize;
+        at..at + self.span().len()
+    }
 }
 
 /// Counts for the coverage engine from the incremental state: the same
@@ -500,16 +514,18 @@ impl Engine {
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
         for (records, counters) in decoded {
-            let mut kept = Vec::new();
+            let mut kept = ModuleRecords { records: Vec::new(), counters: Vec::new() };
             for (j, r, span) in &records {
                 let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
-                if relevant[k] {
-                    let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
-                    kept.push(Record { index: at(*j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?) });
-                }
+                let Some(bytes) = counters.get(span.clone()).filter(|_| relevant[k]) else { continue };
+                let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
+                let kept_at = at(kept.counters.len())?;
+                kept.counters.extend_from_slice(bytes);
+                kept.records.push(Record { index: at(*j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?), kept_at });
             }
-            kept.shrink_to_fit();
-            states.push(ModuleRecords { records: kept, counters });
+            kept.records.shrink_to_fit();
+            kept.counters.shrink_to_fit();
+            states.push(kept);
             whole.push(records.into_iter().map(|(_, r, _)| r).collect());
         }
         let mut records_of = vec![0u8; keys.len()];
@@ -566,8 +582,8 @@ impl Engine {
             };
             let base = self.baseline[i].as_deref();
             for (j, r) in state.records.iter().enumerate() {
-                let span = r.counters.0 as usize..r.counters.1 as usize;
-                let Some(last) = state.counters.get_mut(span.clone()) else { continue };
+                let span = r.span();
+                let Some(last) = state.counters.get_mut(r.kept()) else { continue };
                 let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
                 // Safety (both): pinned above; spans were decoded from this module.
                 if unsafe { m.counters_are(span.clone(), last, base) } {
@@ -604,7 +620,7 @@ impl Engine {
                     if shared_changed.binary_search(&r.key).is_err() || changed_records.binary_search(&(i, j)).is_ok() {
                         continue;
                     }
-                    let Some(bytes) = state.counters.get(r.counters.0 as usize..r.counters.1 as usize) else { continue };
+                    let Some(bytes) = state.counters.get(r.kept()) else { continue };
                     let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
                     let counters = profile::decode_counters(&m.layout, bytes, r.index as usize)?;
                     changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
