@@ -98,6 +98,9 @@ pub struct NameTable {
     /// Index in `names` of each name reference, made at the first lookup:
     /// reading a profile does not always need it.
     by_ref: OnceLock<FxHashMap<u64, usize>>,
+    /// In a table of [`references_only`](Self::references_only), instead:
+    /// the references, sorted (a map of them is several times their size).
+    refs: Vec<u64>,
 }
 
 impl NameTable {
@@ -109,12 +112,12 @@ impl NameTable {
     /// [`decode`](Self::decode) with error offsets relative to `base`.
     pub(crate) fn decode_at(section: &[u8], base: u64, what: &'static str) -> Result<NameTable> {
         let names = decode_names_at(section, base, what)?;
-        Ok(NameTable { section: Some(section.to_vec()), names: Arc::new(names), by_ref: OnceLock::new() })
+        Ok(NameTable { section: Some(section.to_vec()), names: Arc::new(names), by_ref: OnceLock::new(), refs: Vec::new() })
     }
 
     /// The table of names decoded elsewhere.
     pub fn from_names(names: Arc<Names>) -> NameTable {
-        NameTable { section: None, names, by_ref: OnceLock::new() }
+        NameTable { section: None, names, by_ref: OnceLock::new(), refs: Vec::new() }
     }
 
     /// The same table without its names: what tells which name references
@@ -124,9 +127,9 @@ impl NameTable {
     /// dependencies). A live agent keeps this for merging its modules'
     /// records once the names have named the coverage mapping.
     pub fn references_only(&self) -> NameTable {
-        let by_ref = OnceLock::new();
-        let _ = by_ref.set(self.by_ref().clone());
-        NameTable { section: self.section.clone(), names: Arc::default(), by_ref }
+        let mut refs: Vec<u64> = self.by_ref().keys().copied().collect();
+        refs.sort_unstable();
+        NameTable { section: self.section.clone(), names: Arc::default(), by_ref: OnceLock::new(), refs }
     }
 
     /// False for a table of [`references_only`](Self::references_only)
@@ -153,8 +156,13 @@ impl NameTable {
     }
 
     /// The index in [`names`](Self::names) of the name with this
-    /// reference (the last one, should two names share it).
+    /// reference (the last one, should two names share it). In a table of
+    /// [`references_only`](Self::references_only), whether it is one of
+    /// the section's: an index among the references, not of a name.
     pub fn index_of(&self, name_ref: u64) -> Option<usize> {
+        if !self.refs.is_empty() {
+            return self.refs.binary_search(&name_ref).ok();
+        }
         self.by_ref().get(&name_ref).copied()
     }
 
