@@ -195,8 +195,10 @@ struct Incremental {
     file_functions: Vec<u32>,
     file_starts: Vec<u32>,
     /// Per file (indexed by `FileName`): its record in parts, with its text,
-    /// `None` when it is not in the report.
-    files: Vec<Option<lcov::LiveFile>>,
+    /// `None` when it is not in the report (boxed: a Rust program's mapping
+    /// names thousands of files, of the standard library and dependencies,
+    /// and a record is hundreds of bytes before its parts).
+    files: Vec<Option<Box<lcov::LiveFile>>>,
     /// The last report: the texts of `files`, shared with the answers
     /// that carry it.
     report: Chunks,
@@ -779,7 +781,7 @@ impl Engine {
             for file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {
                     let sf = lcov::map_paths(format!("SF:{}\n", self.mapping.file_name(file)), options.path_map);
-                    lcov::LiveFile::new(&coverage, file, sf, !options.demangle)
+                    Box::new(lcov::LiveFile::new(&coverage, file, sf, !options.demangle))
                 });
             }
             drop(coverage);
