@@ -848,6 +848,8 @@ impl Engine {
         let mut out = Vec::new();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
             let binary_ids: Vec<Vec<u8>> = m.build_id.iter().cloned().collect();
+            let image = map_file(&m.id, self.is_main(m))?;
+            let names = modules::names_section(&image).map_err(|e| e.context(&m.id.path.display().to_string()))?;
             profile::write_raw_profile(
                 &ModuleImage {
                     layout: &m.layout,
@@ -855,7 +857,7 @@ impl Engine {
                     data: &snap.data,
                     counters: &snap.counters,
                     bitmap: &snap.bitmap,
-                    names: m.names.section(),
+                    names: &names,
                 },
                 &mut out,
             );
@@ -905,18 +907,19 @@ impl Engine {
             .zip(&snapshots)
             .map(|(m, snap)| RecordLayout { bitmap_delta: if snap.bitmap.is_empty() { 0 } else { m.layout.bitmap_delta }, ..m.layout })
             .collect();
+        let names = images.iter().map(|image| modules::names_section(image)).collect::<Result<Vec<_>>>()?;
         let parts: Vec<fleet::ModuleParts<'_>> = self
             .modules
             .iter()
             .zip(&snapshots)
-            .zip(&images)
+            .zip(images.iter().zip(&names))
             .zip(paths.iter().zip(&layouts))
-            .map(|(((m, snap), image), (path, layout))| fleet::ModuleParts {
+            .map(|(((m, snap), (image, names)), (path, layout))| fleet::ModuleParts {
                 path,
                 build_id: m.build_id.as_deref(),
                 layout,
                 data: &snap.data,
-                names: m.names.section(),
+                names,
                 object: image,
             })
             .collect();

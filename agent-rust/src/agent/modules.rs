@@ -120,10 +120,7 @@ pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
             id.path.display()
         )));
     }
-    let names_raw = match section("__llvm_prf_names") {
-        Some(s) => s.uncompressed_data().map(|d| d.into_owned()).unwrap_or_default(),
-        None => Vec::new(),
-    };
+    let names_raw = names_in(&file);
     let bits = section("__llvm_prf_bits");
     let at = |address: u64| id.bias.wrapping_add(address as usize);
     let endian = if file.is_little_endian() { Endian::Little } else { Endian::Big };
@@ -154,6 +151,21 @@ pub fn open_module(id: &ModuleId, image: &[u8]) -> Result<Option<Module>> {
         data: (data_address, data.size() as usize),
         names,
     }))
+}
+
+/// The `__llvm_prf_names` section of a module's file (`image`), as raw
+/// profiles carry it: read again when one is written, rather than kept (a
+/// Rust program's is hundreds of kilobytes, nearly all of it the names of
+/// the standard library and dependencies).
+pub fn names_section(image: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>> {
+    let file = object::File::parse(image)
+        .map_err(|e| Error::malformed("a module's file", 0, format!("not a readable object file: {e}")))?;
+    Ok(names_in(&file))
+}
+
+fn names_in<'a>(file: &object::File<'a>) -> std::borrow::Cow<'a, [u8]> {
+    use object::{Object, ObjectSection};
+    file.section_by_name("__llvm_prf_names").and_then(|s| s.uncompressed_data().ok()).unwrap_or_default()
 }
 
 /// The module's `__llvm_profile_raw_version`, read from its file: the

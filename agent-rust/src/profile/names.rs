@@ -120,8 +120,8 @@ impl NameTable {
         NameTable { section: None, names, by_ref: OnceLock::new(), refs: Vec::new() }
     }
 
-    /// The same table without its names: what tells which name references
-    /// are the section's, and the section, without the names themselves,
+    /// The same table without its names nor its section: what tells which
+    /// name references are the section's, without the names themselves,
     /// most of the table's memory (a Rust service's section has tens of
     /// thousands, some hundred bytes each, of the standard library and its
     /// dependencies). A live agent keeps this for merging its modules'
@@ -129,7 +129,7 @@ impl NameTable {
     pub fn references_only(&self) -> NameTable {
         let mut refs: Vec<u64> = self.by_ref().keys().copied().collect();
         refs.sort_unstable();
-        NameTable { section: self.section.clone(), names: Arc::default(), by_ref: OnceLock::new(), refs }
+        NameTable { section: None, names: Arc::default(), by_ref: OnceLock::new(), refs }
     }
 
     /// False for a table of [`references_only`](Self::references_only)
@@ -142,12 +142,6 @@ impl NameTable {
     /// [`references_only`](Self::references_only)).
     pub fn names(&self) -> &Arc<Names> {
         &self.names
-    }
-
-    /// The section the table was decoded from (empty for a table of names
-    /// decoded elsewhere).
-    pub fn section(&self) -> &[u8] {
-        self.section.as_deref().unwrap_or_default()
     }
 
     /// Whether the table was decoded from exactly these section bytes.
