@@ -907,7 +907,11 @@ impl Engine {
             .zip(&snapshots)
             .map(|(m, snap)| RecordLayout { bitmap_delta: if snap.bitmap.is_empty() { 0 } else { m.layout.bitmap_delta }, ..m.layout })
             .collect();
-        let names = images.iter().map(|image| modules::names_section(image)).collect::<Result<Vec<_>>>()?;
+        let names = images
+            .iter()
+            .zip(&paths)
+            .map(|(image, path)| modules::names_section(image).map_err(|e| e.context(path)))
+            .collect::<Result<Vec<_>>>()?;
         let parts: Vec<fleet::ModuleParts<'_>> = self
             .modules
             .iter()
