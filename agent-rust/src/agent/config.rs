@@ -72,6 +72,10 @@ pub struct Config {
     /// The runtime named in instance ids (`<runtime>-<pid>-<hex>`) and in
     /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
     pub runtime: &'static str,
+    /// Called after each report, by the thread that made it: the C
+    /// agent's allocator gives back the freed memory it kept for the
+    /// report's own use.
+    pub after_report: Option<fn()>,
 }
 
 impl Default for Config {
@@ -87,6 +91,7 @@ impl Default for Config {
             path_map: Vec::new(),
             socket_mode: 0o600,
             runtime: "rust",
+            after_report: None,
         }
     }
 }

@@ -732,6 +732,9 @@ impl Engine {
             })
             .collect();
         touched.sort_unstable_by_key(|((file, _), _)| *file);
+        // The records' last texts are then theirs alone: each is freed as
+        // its next is made, and its memory serves the next record's.
+        last.report = Chunks::default();
         for (files, functions, done) in batches(touched) {
             self.restore(&functions)?;
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());

@@ -377,7 +377,11 @@ impl Agent {
     /// report of megabytes per answer).
     fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
         let options = self.report_options(test_name);
-        lock(&self.engine).lcov(&options, reset)
+        let report = lock(&self.engine).lcov(&options, reset);
+        if let Some(after) = self.config.after_report {
+            after();
+        }
+        report
     }
 
     fn report_options<'a>(&'a self, test_name: Option<&'a str>) -> ReportOptions<'a> {
