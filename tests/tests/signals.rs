@@ -313,6 +313,36 @@ fn the_agents_threads_block_every_asynchronous_signal() {
     }
 }
 
+/// A thread's nice value, field 19 of /proc/PID/task/TID/stat.
+fn nice_of(stat: &str) -> i32 {
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+    fields[16].parse().expect("a nice value")
+}
+
+#[test]
+fn dumps_are_computed_at_the_programs_priority_and_periodic_reports_below_it() {
+    let dir = scratch("nice");
+    let mut p = Running::start(&programs().sigsuspend, &["0"], &dir, true, &[("LIVECOV_FLUSH_SECS", "1")]);
+    p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    let socket = cov.join("sockets").join(format!("{instance}.sock"));
+    assert_eq!(unix_request(&socket, "GET", "/coverage", &[]).status, 200);
+    let tasks = PathBuf::from(format!("/proc/{}/task", p.pid()));
+    let nice: BTreeMap<String, i32> = std::fs::read_dir(&tasks)
+        .expect("/proc/PID/task")
+        .flatten()
+        .filter_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).ok()?.trim().to_owned();
+            Some((name, nice_of(&std::fs::read_to_string(task.path().join("stat")).ok()?)))
+        })
+        .collect();
+    let program = nice.get("sigsuspend").copied().expect("the program's main thread");
+    for (thread, want) in [("livecov-agent", program), ("livecov-agent-b", program), ("livecov-flush", program.max(10))] {
+        assert_eq!(nice.get(thread), Some(&want), "the nice value of {thread}: {nice:?}");
+    }
+}
+
 // ---------------------------------------------------------------- a program that leaves signals alone
 
 #[test]

@@ -262,7 +262,6 @@ impl Agent {
     fn spawn_flush_thread(&'static self, wake: process::WakePipe, background: bool) -> Result<(), String> {
         let read = wake.read;
         let thread = threads::spawn("livecov-flush", move || {
-            server::lower_priority();
             if background {
                 let started = make_dirs(&self.config).and_then(|()| self.run());
                 if let Err(e) = started {
@@ -273,6 +272,9 @@ impl Agent {
                 }
                 self.set_ready();
             }
+            // Only now: the server's threads, started above, keep the
+            // program's priority (see `threads::lower_priority`).
+            threads::lower_priority();
             loop {
                 match wake.wait(self.config.flush_every) {
                     // `stop` asks the thread to end.

@@ -479,9 +479,6 @@ fn spawn(
         .enable_time()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .thread_name("livecov-agent-blocking")
-        // Dumps are computed on these threads: under CPU contention the
-        // program's own threads go first.
-        .on_thread_start(lower_priority)
         .build()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
@@ -1061,15 +1058,6 @@ fn json_string(out: &mut String, s: &str) {
         }
     }
     out.push('"');
-}
-
-/// Lowers the calling thread's scheduling priority (nice 10). On Linux the
-/// nice value is per thread.
-pub(crate) fn lower_priority() {
-    // Safety: setpriority on our own thread id.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
-    }
 }
 
 #[cfg(test)]

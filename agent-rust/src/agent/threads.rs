@@ -37,6 +37,19 @@ where
     std::thread::Builder::new().name(name.to_owned()).spawn(f)
 }
 
+/// Lowers the calling thread's scheduling priority (nice 10; on Linux the
+/// nice value is per thread, and a new thread takes its creator's). For
+/// the thread of periodic and final reports, which nobody waits for; not
+/// for dumps: a warm one computes in a millisecond or a few, and at nice 10
+/// waited for a busy CPU several times as long (fixtures/service under
+/// traffic: p50 1.60 ms against 1.23, p95 7.2 ms against 3.2).
+pub fn lower_priority() {
+    // Safety: setpriority on our own thread id.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+    }
+}
+
 /// The asynchronous signals, blocked in the calling thread until dropped
 /// (then its mask is what it was).
 struct BlockedHere {
