@@ -72,9 +72,10 @@ pub struct Config {
     /// The runtime named in instance ids (`<runtime>-<pid>-<hex>`) and in
     /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
     pub runtime: &'static str,
-    /// Called after each report, by the thread that made it: the C
+    /// Called after each piece of work of the engine (a report, a reset,
+    /// a snapshot of the counters), by the thread that did it: the C
     /// agent's allocator gives back the freed memory it kept for the
-    /// report's own use.
+    /// work's own use.
     pub after_report: Option<fn()>,
 }
 

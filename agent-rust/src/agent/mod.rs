@@ -379,11 +379,7 @@ impl Agent {
     /// report of megabytes per answer).
     fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
         let options = self.report_options(test_name);
-        let report = lock(&self.engine).lcov(&options, reset);
-        if let Some(after) = self.config.after_report {
-            after();
-        }
-        report
+        self.engine().lcov(&options, reset)
     }
 
     fn report_options<'a>(&'a self, test_name: Option<&'a str>) -> ReportOptions<'a> {
@@ -397,7 +393,12 @@ impl Agent {
 
     /// Makes the current counts the zero of later reports (as `POST /reset`).
     pub fn reset(&self) -> crate::Result<()> {
-        lock(&self.engine).reset()
+        self.engine().reset()
+    }
+
+    /// The engine, for a report, a reset or a snapshot.
+    fn engine(&self) -> EngineAtWork<'_> {
+        EngineAtWork { engine: Some(lock(&self.engine)), after: self.config.after_report }
     }
 
     /// Writes the report to `reports/<instance>.lcov` (atomically where
@@ -422,7 +423,7 @@ impl Agent {
     /// Writes `reports/<instance>.counters`: the mapping id, a newline, and
     /// the counters as `?format=counters` answers them.
     fn counters_or_complain(&self, file: &reports::InstanceFile) {
-        let counters = std::panic::catch_unwind(|| lock(&self.engine).counters(false, &self.report_settings()));
+        let counters = std::panic::catch_unwind(|| self.engine().counters(false, &self.report_settings()));
         match counters {
             Ok(Ok((gzip, id))) => {
                 let mut bytes = Vec::with_capacity(id.len() + 1 + gzip.len());
@@ -524,6 +525,35 @@ impl Agent {
     }
 }
 
+/// The engine locked for some work; when it is let go,
+/// `Config::after_report` runs.
+struct EngineAtWork<'a> {
+    engine: Option<MutexGuard<'a, Engine>>,
+    after: Option<fn()>,
+}
+
+impl std::ops::Deref for EngineAtWork<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        self.engine.as_deref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for EngineAtWork<'_> {
+    fn deref_mut(&mut self) -> &mut Engine {
+        self.engine.as_deref_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for EngineAtWork<'_> {
+    fn drop(&mut self) {
+        drop(self.engine.take());
+        if let Some(after) = self.after {
+            after();
+        }
+    }
+}
+
 /// The API, served by `server`.
 struct Handle(&'static Agent);
 
@@ -539,7 +569,7 @@ impl Service for Handle {
             }),
             Format::Profraw => Ok(Body {
                 content_type: "application/octet-stream",
-                bytes: lock(&agent.engine).profraw(query.reset).map_err(internal)?.into(),
+                bytes: agent.engine().profraw(query.reset).map_err(internal)?.into(),
                 mapping: None,
             }),
             Format::Json => {
@@ -550,12 +580,12 @@ impl Service for Handle {
             }
             Format::LlvmJson => {
                 let options = agent.report_options(query.test.as_deref());
-                let bytes = lock(&agent.engine).llvm_json(&options, query.reset).map_err(internal)?;
+                let bytes = agent.engine().llvm_json(&options, query.reset).map_err(internal)?;
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }
             Format::Counters | Format::Mapping => {
                 let settings = agent.report_settings();
-                let mut engine = lock(&agent.engine);
+                let mut engine = agent.engine();
                 let (bytes, id) = if query.format == Format::Counters {
                     engine.counters(query.reset, &settings)
                 } else {
