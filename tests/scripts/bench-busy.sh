@@ -20,9 +20,11 @@
 #    `llvm-cov export -format=lcov` of LLVM 22 with the binary, median of
 #    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
 #    the dump is llvm-cov's report byte for byte.
-# 3. Memory: VmRSS of the server without the agent and with it (no dump,
-#    and after 1, 10 and 100 dumps under traffic), against the size of the
-#    binary's __llvm_covfun section.
+# 3. Memory: VmRSS of the server with the agent (no dump, and after 1, 10
+#    and 100 dumps under traffic), each beside that of a server without it
+#    after as long a time of the same traffic (redis's own memory grows
+#    with it: 2.9 MiB from 4 s to 45 s), against the size of the binary's
+#    __llvm_covfun section.
 # 4. Throughput: redis-benchmark's requests per second (SET and GET,
 #    BENCH_BUSY_LOAD_REQUESTS each, default 200000) without the agent, with
 #    it and no dumps, and with a dump every 100 ms; median of
@@ -117,18 +119,23 @@ traffic() {
 sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 
 # --- 1 and 3: dumps under traffic, and memory -----------------------------------
-start_server no
-traffic 5
-sleep 4
-rss_none=$(rss_kib)
-kill "$traffic_pid" 2>/dev/null || true
-stop_server
+# The server's own memory grows under traffic (its keys and lists): each
+# reading with the agent is paired with one of a server without it, taken
+# after as long a time of the same traffic.
+traffic_start=0
+# at_rss NAME: VmRSS now, and the seconds of traffic so far, as NAME and
+# NAME_at.
+at_rss() {
+    printf -v "$1" '%s' "$(rss_kib)"
+    printf -v "$1_at" '%s' "$((($(now_ns) - traffic_start) / 1000000))"
+}
 start_server yes
+traffic_start=$(now_ns)
 traffic 600
 sleep 1
-rss_agent=$(rss_kib)
+at_rss rss_agent
 t_cold=$(dump /dev/null)
-rss_1=$(rss_kib)
+at_rss rss_1
 log "$dumps dumps under traffic, ${gap_ms} ms apart"
 cpu_before=$(agent_cpu_ns)
 : >"$work/t_busy"
@@ -137,7 +144,7 @@ for _ in $(seq "$dumps"); do
     sleep_ms "$gap_ms"
     dump /dev/null >>"$work/t_busy"
     n=$((n + 1))
-    [ "$n" -eq 10 ] && rss_10=$(rss_kib)
+    [ "$n" -eq 10 ] && at_rss rss_10
 done
 cpu_busy=$((($(agent_cpu_ns) - cpu_before) / dumps))
 while [ "$n" -lt 100 ]; do
@@ -145,7 +152,7 @@ while [ "$n" -lt 100 ]; do
     dump /dev/null >/dev/null
     n=$((n + 1))
 done
-rss_100=$(rss_kib)
+at_rss rss_100
 kill "$traffic_pid" 2>/dev/null || true
 sleep 0.5
 log "$dumps dumps with the timers only"
@@ -183,6 +190,18 @@ for _ in $(seq "$runs"); do
 done
 identical=no
 cmp -s "$work/llvm.lcov" "$work/held.lcov" && identical=yes
+kill "$traffic_pid" 2>/dev/null || true
+stop_server
+
+log "the same traffic without the agent, for its memory at the same times"
+start_server no
+traffic_start=$(now_ns)
+traffic 600
+for point in agent 1 10 100; do
+    at_ms_var="rss_${point}_at"
+    while [ $((($(now_ns) - traffic_start) / 1000000)) -lt "${!at_ms_var}" ]; do sleep 0.05; done
+    printf -v "none_$point" '%s' "$(rss_kib)"
+done
 kill "$traffic_pid" 2>/dev/null || true
 stop_server
 
@@ -231,15 +250,19 @@ awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "rati
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
 echo "same moment: $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 echo
-printf "%-62s %10s\n" "resident memory (VmRSS)" "MiB"
+printf "%-52s %8s %8s %8s\n" "resident memory (VmRSS), MiB, at seconds of traffic" "without" "with" "added"
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-printf "%-62s %10s\n" "without the agent, under traffic" "$(mib "$rss_none")"
-printf "%-62s %10s\n" "with the agent, before the first dump" "$(mib "$rss_agent")"
-printf "%-62s %10s\n" "after 1 dump" "$(mib "$rss_1")"
-printf "%-62s %10s\n" "after 10 dumps" "$(mib "$rss_10")"
-printf "%-62s %10s\n" "after 100 dumps" "$(mib "$rss_100")"
-awk -v a="$rss_100" -v n="$rss_none" -v c="$covfun" \
-    'BEGIN { printf "%-62s %10.1f\n", sprintf("added after 100 dumps, MiB (goal: at most 4 x __llvm_covfun, %.1f MiB)", 4 * c / 1048576), (a - n) / 1024 }'
+memory_row() { # LABEL POINT
+    local with="rss_$2" without="none_$2" at="rss_$2_at"
+    awk -v l="$1" -v s="${!at}" -v w="${!with}" -v n="${!without}" \
+        'BEGIN { printf "%-52s %8.1f %8.1f %8.1f\n", sprintf("%s (%.0f s)", l, s / 1000), n / 1024, w / 1024, (w - n) / 1024 }'
+}
+memory_row "before the first dump" agent
+memory_row "after 1 dump" 1
+memory_row "after 10 dumps" 10
+memory_row "after 100 dumps" 100
+awk -v a="$rss_100" -v n="$none_100" -v c="$covfun" \
+    'BEGIN { printf "%-52s %26.1f\n", sprintf("added after 100 dumps, MiB (goal: at most 4 x __llvm_covfun, %.1f MiB)", 4 * c / 1048576), (a - n) / 1024 }'
 echo
 printf "%-62s %10s\n" "throughput, SET + GET, median of $rounds" "req/s"
 printf "%-62s %10s\n" "without the agent" "$(median <"$work/rps_none")"
