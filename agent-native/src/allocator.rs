@@ -69,12 +69,16 @@ struct Kept {
 const KEPT_BLOCKS: usize = 64;
 const KEPT_BYTES: usize = 4 << 20;
 
+/// Taken with `try_lock` only: a block is then mapped or unmapped as
+/// without the list. Two of the agent's threads seldom free large blocks
+/// at once, and the child of a fork made while one held the lock (the
+/// program forks whenever it likes) would wait for it forever.
 static KEPT: Mutex<Kept> = Mutex::new(Kept { blocks: [(0, 0); KEPT_BLOCKS], bytes: 0 });
 
 /// A kept mapping of `len` bytes, cut down from the smallest one at
 /// least that long.
 fn take_kept(len: usize) -> Option<*mut u8> {
-    let mut kept = KEPT.lock().ok()?;
+    let mut kept = KEPT.try_lock().ok()?;
     let (slot, &(at, have)) =
         kept.blocks.iter().enumerate().filter(|(_, b)| b.1 >= len).min_by_key(|(_, b)| b.1)?;
     kept.blocks[slot] = (0, 0);
@@ -90,7 +94,7 @@ fn take_kept(len: usize) -> Option<*mut u8> {
 /// Unmaps the kept mappings: called after a report, so that what a dump
 /// freed is not resident between dumps.
 pub fn release_kept() {
-    let blocks = match KEPT.lock() {
+    let blocks = match KEPT.try_lock() {
         Ok(mut kept) => {
             kept.bytes = 0;
             std::mem::replace(&mut kept.blocks, [(0, 0); KEPT_BLOCKS])
@@ -108,7 +112,7 @@ pub fn release_kept() {
 /// Keeps a freed mapping for a later block, if there is room; unmaps it
 /// otherwise.
 unsafe fn release(ptr: *mut u8, len: usize) {
-    if let Ok(mut kept) = KEPT.lock() {
+    if let Ok(mut kept) = KEPT.try_lock() {
         if kept.bytes + len <= KEPT_BYTES {
             if let Some(slot) = kept.blocks.iter().position(|b| b.1 == 0) {
                 kept.blocks[slot] = (ptr as usize, len);
