@@ -64,6 +64,10 @@ struct Decoded {
     /// Bytes of the functions let stay in this dump, and the budget.
     kept: usize,
     budget: usize,
+    /// The functions decoded since the last dump's end and those let stay
+    /// then (of every function of the mapping, until a first dump's end):
+    /// the end of a dump looks at them alone.
+    decoded: Option<Vec<usize>>,
 }
 
 impl Decoded {
@@ -100,16 +104,32 @@ impl Decoded {
         released
     }
 
+    /// `functions` are decoded (or were already).
+    fn decoding(&mut self, functions: &[usize]) {
+        if let Some(decoded) = &mut self.decoded {
+            decoded.extend_from_slice(functions);
+        }
+    }
+
     /// At the end of a dump: of the functions let stay earlier, those that
     /// ran last stay while the budget lasts; every other is released.
     fn finish(&mut self, mapping: &mut CoverageMapping) {
+        let mut candidates = match self.decoded.take() {
+            Some(decoded) => decoded,
+            None => (0..mapping.functions.len()).collect(),
+        };
+        candidates.sort_unstable();
+        candidates.dedup();
         let mut earlier: Vec<(u32, usize)> = Vec::new();
         let mut released = Vec::new();
-        for (i, f) in mapping.functions.iter().enumerate() {
-            if f.regions.is_empty() || self.kept_at[i] == self.dump {
+        let mut staying = Vec::new();
+        for i in candidates {
+            let Some(f) = mapping.functions.get(i) else { continue };
+            if f.regions.is_empty() {
                 continue;
             }
             match self.kept_at[i] {
+                k if k == self.dump => staying.push(i),
                 0 => released.push(i),
                 _ => earlier.push((self.ran_at[i], i)),
             }
@@ -119,12 +139,14 @@ impl Decoded {
             let bytes = decoded_bytes(&mapping.functions[i]);
             if self.kept + bytes <= self.budget {
                 self.kept += bytes;
+                staying.push(i);
             } else {
                 self.kept_at[i] = 0;
                 released.push(i);
             }
         }
         mapping.release_some(&released);
+        self.decoded = Some(staying);
     }
 }
 
@@ -364,6 +386,7 @@ impl Engine {
 
     /// Decodes again the released regions of `functions`.
     fn restore(&mut self, functions: &[usize]) -> Result<()> {
+        self.decoded.decoding(functions);
         let objects = &self.objects;
         self.mapping.restore(functions, |object| {
             let (image, range) = objects.get(object as usize)?;
