@@ -56,11 +56,12 @@ fn mapping_len(size: usize) -> usize {
 }
 
 /// Freed mappings kept for the next blocks, up to [`KEPT_BYTES`] in all,
-/// until the report is made ([`release_kept`]): a warm dump frees the
-/// last records of the files it computes again as it maps their next ones,
-/// about as large; mapped afresh, each page would be faulted in and
+/// until the engine's work is done ([`release_kept`]): a warm dump frees
+/// the last records of the files it computes again as it maps their next
+/// ones, about as large; mapped afresh, each page would be faulted in and
 /// zeroed, and each unmapping flush the other threads' TLBs (on redis
-/// under traffic, a fifth of the agent's time).
+/// under traffic, 278 page faults a dump against 179, and a tenth of the
+/// agent's time).
 struct Kept {
     blocks: [(usize, usize); KEPT_BLOCKS],
     bytes: usize,
@@ -91,8 +92,8 @@ fn take_kept(len: usize) -> Option<*mut u8> {
     Some(at as *mut u8)
 }
 
-/// Unmaps the kept mappings: called after a report, so that what a dump
-/// freed is not resident between dumps.
+/// Unmaps the kept mappings: called when the engine's work is done, so
+/// that what a dump freed is not resident between dumps.
 pub fn release_kept() {
     let blocks = match KEPT.try_lock() {
         Ok(mut kept) => {

@@ -163,7 +163,7 @@ pub unsafe extern "C" fn livecov_start(config: *const c_char) -> c_int {
 
 fn start(mut config: Config) -> Result<&'static Agent, Failure> {
     config.runtime = RUNTIME;
-    config.after_report = Some(allocator::release_kept);
+    config.after_engine_work = Some(allocator::release_kept);
     agent::start_with(config).map_err(|e| {
         let code = if e.starts_with("internal error") {
             status::INTERNAL
@@ -372,7 +372,7 @@ fn autostart() {
         return;
     }
     config.runtime = RUNTIME;
-    config.after_report = Some(allocator::release_kept);
+    config.after_engine_work = Some(allocator::release_kept);
     // In the background: the socket and the metadata are made on the
     // agent's thread, not before `main`.
     match agent::start_in_background(config) {

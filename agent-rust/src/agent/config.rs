@@ -76,7 +76,7 @@ pub struct Config {
     /// a snapshot of the counters), by the thread that did it: the C
     /// agent's allocator gives back the freed memory it kept for the
     /// work's own use.
-    pub after_report: Option<fn()>,
+    pub after_engine_work: Option<fn()>,
 }
 
 impl Default for Config {
@@ -92,7 +92,7 @@ impl Default for Config {
             path_map: Vec::new(),
             socket_mode: 0o600,
             runtime: "rust",
-            after_report: None,
+            after_engine_work: None,
         }
     }
 }

@@ -398,7 +398,7 @@ impl Agent {
 
     /// The engine, for a report, a reset or a snapshot.
     fn engine(&self) -> EngineAtWork<'_> {
-        EngineAtWork { engine: Some(lock(&self.engine)), after: self.config.after_report }
+        EngineAtWork { engine: lock(&self.engine), after: self.config.after_engine_work }
     }
 
     /// Writes the report to `reports/<instance>.lcov` (atomically where
@@ -526,28 +526,28 @@ impl Agent {
 }
 
 /// The engine locked for some work; when it is let go,
-/// `Config::after_report` runs.
+/// `Config::after_engine_work` runs (the lock still held: no other work
+/// has begun).
 struct EngineAtWork<'a> {
-    engine: Option<MutexGuard<'a, Engine>>,
+    engine: MutexGuard<'a, Engine>,
     after: Option<fn()>,
 }
 
 impl std::ops::Deref for EngineAtWork<'_> {
     type Target = Engine;
     fn deref(&self) -> &Engine {
-        self.engine.as_deref().expect("present until dropped")
+        &self.engine
     }
 }
 
 impl std::ops::DerefMut for EngineAtWork<'_> {
     fn deref_mut(&mut self) -> &mut Engine {
-        self.engine.as_deref_mut().expect("present until dropped")
+        &mut self.engine
     }
 }
 
 impl Drop for EngineAtWork<'_> {
     fn drop(&mut self) {
-        drop(self.engine.take());
         if let Some(after) = self.after {
             after();
         }
