@@ -30,7 +30,7 @@ pub struct AgentAllocator;
 
 static PAGE: AtomicUsize = AtomicUsize::new(0);
 
-fn page() -> usize {
+pub(crate) fn page() -> usize {
     match PAGE.load(Ordering::Relaxed) {
         0 => {
             // Safety: sysconf has no preconditions.

@@ -22,6 +22,7 @@ use std::time::Instant;
 use engine::agent::{self, Agent, Config};
 
 mod allocator;
+mod code_pages;
 
 #[global_allocator]
 static ALLOCATOR: allocator::AgentAllocator = allocator::AgentAllocator;
@@ -163,7 +164,7 @@ pub unsafe extern "C" fn livecov_start(config: *const c_char) -> c_int {
 
 fn start(mut config: Config) -> Result<&'static Agent, Failure> {
     config.runtime = RUNTIME;
-    config.after_engine_work = Some(allocator::release_kept);
+    config.after_engine_work = Some(after_engine_work);
     agent::start_with(config).map_err(|e| {
         let code = if e.starts_with("internal error") {
             status::INTERNAL
@@ -372,7 +373,7 @@ fn autostart() {
         return;
     }
     config.runtime = RUNTIME;
-    config.after_engine_work = Some(allocator::release_kept);
+    config.after_engine_work = Some(after_engine_work);
     // In the background: the socket and the metadata are made on the
     // agent's thread, not before `main`.
     match agent::start_in_background(config) {
@@ -383,6 +384,13 @@ fn autostart() {
         }
         Err(e) => eprintln!("livecov: not started: {e}"),
     }
+}
+
+/// What a dump left resident and no longer uses, given back: the mappings
+/// the allocator kept for it, and the pages of the agent's code it ran.
+fn after_engine_work() {
+    allocator::release_kept();
+    code_pages::release();
 }
 
 /// Whether this code was loaded as a shared object (not linked into the

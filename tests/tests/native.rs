@@ -911,6 +911,49 @@ fn only_the_c_api_is_exported_and_the_library_is_small() {
     assert!(file.section_by_name(".symtab").is_none(), "liblivecov.so is not stripped");
 }
 
+/// The resident and mapped KiB of the code segments (`r-xp`) of `so` in
+/// process `pid`, from its smaps.
+fn resident_code(pid: u32, so: &Path) -> (u64, u64) {
+    let smaps = read(Path::new(&format!("/proc/{pid}/smaps")));
+    let so = so.canonicalize().expect("the library's path");
+    let (mut code, mut rss, mut size) = (false, 0, 0);
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.first().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
+            code = fields.get(1) == Some(&"r-xp") && fields.get(5).map(Path::new) == Some(so.as_path());
+        } else if code {
+            let kib = || fields.get(1).and_then(|v| v.parse::<u64>().ok()).expect("a size in kB");
+            match fields.first() {
+                Some(&"Rss:") => rss += kib(),
+                Some(&"Size:") => size += kib(),
+                _ => {}
+            }
+        }
+    }
+    (rss, size)
+}
+
+#[test]
+fn the_agents_code_is_given_back_after_each_dump() {
+    let b = built(Toolchain::Clang19);
+    let mut s = Served::start("code-pages", &b.app);
+    let pid = s.child.id();
+    let (_, size) = resident_code(pid, &shim().so);
+    assert!(size > 0, "no code segment of {} in the program's smaps", shim().so.display());
+    s.send("fib 20");
+    let first = s.lcov();
+    // Once the answer is sent, the server runs a little more of the
+    // agent's code (the end of the connection); a dump runs most of it.
+    let (rss, _) = resident_code(pid, &shim().so);
+    eprintln!("after a dump: {rss} KiB of the agent's {size} KiB of code resident");
+    assert!(rss * 2 < size, "{rss} KiB of the agent's {size} KiB of code stayed resident after a dump");
+    // Dropped pages come back from the file as they run again.
+    s.send("primes 50");
+    let second = s.lcov();
+    assert_eq!(function_count(&first, "work.c", "work_fib"), 1);
+    assert_eq!(function_count(&second, "work.c", "work_count_primes"), 1);
+}
+
 #[test]
 fn starting_from_the_constructor_costs_less_than_a_millisecond() {
     let b = built(Toolchain::Clang19);
