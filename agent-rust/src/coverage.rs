@@ -18,11 +18,13 @@ use crate::profile::Lookup;
 /// Where counter values come from. The mapping refers to a function by the
 /// MD5 of its name and its structural hash.
 pub trait CounterSource {
-    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_>;
+    /// The counts of mapping function `function`, whose key is `name_ref`
+    /// and `hash` (a source may index its counts by function).
+    fn lookup(&self, function: usize, name_ref: u64, hash: u64) -> Lookup<'_>;
 }
 
 impl CounterSource for crate::profile::Counters {
-    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
+    fn lookup(&self, _: usize, name_ref: u64, hash: u64) -> Lookup<'_> {
         crate::profile::Counters::lookup(self, name_ref, hash)
     }
 }
@@ -468,7 +470,7 @@ fn count_function<'m>(
     mcdc: bool,
 ) -> Option<Result<FunctionRecord<'m>, Mismatch>> {
     let f = &mapping.functions[i];
-    let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(f.name_ref, f.hash) {
+    let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(i, f.name_ref, f.hash) {
         Lookup::Found { counters, bitmap } => (counters, bitmap),
         Lookup::HashMismatch => return Some(Err(Mismatch)),
         // Never ran (or not in this profile): every counter is zero.

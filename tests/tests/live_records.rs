@@ -146,9 +146,10 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
             }
         }
         let mut loaded = changed.clone();
-        for (file, changed) in &touched {
+        let touched: Vec<_> = touched.into_iter().map(|(file, changed)| (file, live[&file].reach(&changed))).collect();
+        for (file, reach) in &touched {
             let before = loaded.len();
-            live[file].needs(changed, &mut loaded);
+            live[file].needs(reach, &mut loaded);
             kept_stretches_reached += usize::from(loaded.len() == before);
         }
         loaded.sort_unstable();
@@ -158,8 +159,8 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
             partial.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
         // One scratch for every record, as the agent's dumps share it.
         let mut work = lcov::Work::default();
-        for (file, changed) in &touched {
-            live.get_mut(file).unwrap().update(&partial, &index_of, changed, &mut work);
+        for (file, reach) in &touched {
+            live.get_mut(file).unwrap().update(&partial, &index_of, reach, &mut work);
             updated_files += 1;
         }
 

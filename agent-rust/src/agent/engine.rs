@@ -48,6 +48,10 @@ pub struct Engine {
     /// The ignore patterns of the first report: the mapping is read without
     /// the functions they leave out of every report.
     leave_out: Option<Vec<Regex>>,
+    /// Set when a piece of work read every function of the mapping (a
+    /// first report, one after a reset, an export), until
+    /// [`Self::take_whole_work`].
+    whole_work: bool,
 }
 
 /// Which functions stay decoded between dumps: those that ran last, within
@@ -158,8 +162,9 @@ fn decoded_bytes(f: &crate::mapping::FunctionMapping) -> usize {
 /// A function's identity in the counters: name reference and hash.
 type Key = (u64, u64);
 
-/// A record a dump updates: its file, and the functions in it that ran.
-type Touched = (FileName, Vec<usize>);
+/// A record a dump updates: its file, and what the functions that ran
+/// reach of it.
+type Touched = (FileName, lcov::Reach);
 
 /// The functions whose counters changed since the last dump. Those of a
 /// key with one record (most) are merged already: the merge of one record
@@ -211,6 +216,15 @@ struct Incremental {
     /// The name reference of each of `by_key`: searched instead of the
     /// functions themselves, which are large and far apart in memory.
     by_key_names: Vec<u64>,
+    /// The same by index in `keys`: the functions of `keys[k]` are
+    /// `key_functions[key_starts[k]..key_starts[k + 1]]`, and `key_of` has
+    /// each function's key (or [`NO_KEY`]). A dump finds the functions of
+    /// the keys that changed, and the counts of the functions it loads,
+    /// hundreds of each: searched in these sorted vectors of every
+    /// function, each was a run of cache misses.
+    key_starts: Vec<u32>,
+    key_functions: Vec<u32>,
+    key_of: Vec<u32>,
     /// The mapping functions of each file (`file_functions[file_starts[file]
     /// ..file_starts[file + 1]]`), ascending: a dump recomputes the files
     /// whose functions ran without looking at every function of the program.
@@ -270,8 +284,14 @@ impl Record {
 struct MergedCounts<'a>(&'a Incremental);
 
 impl CounterSource for MergedCounts<'_> {
-    fn lookup(&self, name_ref: u64, hash: u64) -> Lookup<'_> {
+    fn lookup(&self, function: usize, name_ref: u64, hash: u64) -> Lookup<'_> {
         let last = self.0;
+        let k = last.key_of.get(function).map_or(NO_KEY, |&k| k as usize);
+        let merged = last.merged.get(k).filter(|_| last.keys.get(k) == Some(&(name_ref, hash)));
+        let counts = merged.and_then(|m| m.as_ref()).and_then(|r| last.counts.get(r.start as usize..r.end as usize));
+        if let Some(counters) = counts {
+            return Lookup::Found { counters, bitmap: &[] };
+        }
         let from = last.keys.partition_point(|k| k.0 < name_ref);
         let of_name = &last.keys[from..from + last.keys[from..].partition_point(|k| k.0 == name_ref)];
         if let Some(k) = of_name.iter().position(|k| k.1 == hash) {
@@ -288,9 +308,35 @@ impl CounterSource for MergedCounts<'_> {
     }
 }
 
+const NO_KEY: usize = u32::MAX as usize;
+
 impl Incremental {
     fn forget(&mut self) {
         *self = Incremental::default();
+    }
+
+    /// Indexes the functions of each of `keys` (see `key_functions`).
+    fn index_keys(&mut self, mapping: &CoverageMapping) {
+        let mut starts = Vec::with_capacity(self.keys.len() + 1);
+        let mut all = Vec::new();
+        let mut key_of = vec![NO_KEY as u32; mapping.functions.len()];
+        for (k, &key) in self.keys.iter().enumerate() {
+            starts.push(all.len() as u32);
+            let functions = functions_with(self, mapping, key);
+            for &i in functions {
+                key_of[i as usize] = k as u32;
+            }
+            all.extend_from_slice(functions);
+        }
+        starts.push(all.len() as u32);
+        all.shrink_to_fit();
+        (self.key_starts, self.key_functions, self.key_of) = (starts, all, key_of);
+    }
+
+    /// The mapping functions of `keys[k]`.
+    fn functions_of_key(&self, k: usize) -> &[u32] {
+        let at = |k: usize| self.key_starts.get(k).map_or(0, |&s| s as usize);
+        self.key_functions.get(at(k)..at(k + 1)).unwrap_or_default()
     }
 
     /// Sets the merged counts of `keys[k]`.
@@ -400,6 +446,11 @@ impl Engine {
     }
 
     /// The instrumented modules, as last looked up.
+    /// Whether the work since the last call read every function.
+    pub fn take_whole_work(&mut self) -> bool {
+        std::mem::take(&mut self.whole_work)
+    }
+
     pub fn modules(&self) -> &[Module] {
         &self.modules
     }
@@ -513,6 +564,7 @@ impl Engine {
         }
 
         // Everything again: decode every record of a full snapshot.
+        self.whole_work = true;
         let snapshots = self.snapshot()?;
         if reset {
             self.rebase(&snapshots);
@@ -568,6 +620,7 @@ impl Engine {
         self.last.file_functions = file_functions;
         self.last.file_starts = file_starts;
         self.last.keys = keys;
+        self.last.index_keys(&self.mapping);
         self.last.modules = states;
         self.last.shared = shared;
         self.report_or_forget(options, Merge::Whole(whole))
@@ -688,7 +741,7 @@ impl Engine {
                 for (k, counts) in &changed.merged {
                     let k = *k as usize;
                     last.set_merged(k, Some(counts));
-                    functions.extend(functions_with(last, &self.mapping, last.keys[k]).iter().map(|&i| i as usize));
+                    functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                 }
                 for key in &changed.keys {
                     // A changed key is a record's: it is in `keys`.
@@ -697,8 +750,8 @@ impl Engine {
                             Lookup::Found { counters: c, .. } => last.set_merged(k, Some(c)),
                             _ => last.set_merged(k, None),
                         }
+                        functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                     }
-                    functions.extend(functions_with(last, &self.mapping, *key).iter().map(|&i| i as usize));
                 }
                 functions.sort_unstable();
                 functions.dedup();
@@ -746,12 +799,12 @@ impl Engine {
         // their stretches that keep no parts.
         let mut touched: Vec<(Touched, Vec<usize>)> = touched
             .into_iter()
-            .map(|(file, changed)| {
-                let mut needed = changed.clone();
-                if let Some(live) = &last.files[file as usize] {
-                    live.needs(&changed, &mut needed);
-                }
-                ((file, changed), needed)
+            .filter_map(|(file, changed)| {
+                let live = last.files[file as usize].as_ref()?;
+                let reach = live.reach(&changed);
+                let mut needed = changed;
+                live.needs(&reach, &mut needed);
+                Some(((file, reach), needed))
             })
             .collect();
         touched.sort_unstable_by_key(|((file, _), _)| *file);
@@ -764,9 +817,9 @@ impl Engine {
             let index_of: FxHashMap<usize, usize> =
                 coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
             let mut work = lcov::Work::default();
-            for (file, changed) in &files {
+            for (file, reach) in &files {
                 if let Some(live) = &mut self.last.files[*file as usize] {
-                    live.update(&coverage, &index_of, changed, &mut work);
+                    live.update(&coverage, &index_of, reach, &mut work);
                 }
             }
             drop(work);
@@ -830,6 +883,7 @@ impl Engine {
     /// llvm-cov lists every function: the agent's own, which run at every
     /// dump, would make no two answers alike). Computed whole each time.
     pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
+        self.whole_work = true;
         let snapshots = self.snapshot()?;
         let mut mapping = CoverageMapping::new().leaving_out(options.ignore);
         let mut counters = Counters::new();

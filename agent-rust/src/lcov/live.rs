@@ -111,6 +111,15 @@ struct Fresh {
     stretches: Vec<(usize, TextRange, TextRange)>,
 }
 
+/// The functions of a record that changed since the last dump (by mapping
+/// index, ascending), and its stretches and groups they reach (ascending):
+/// found once for [`LiveFile::needs`] and [`LiveFile::update`].
+pub struct Reach {
+    changed: Vec<usize>,
+    stretches: Vec<usize>,
+    groups: Vec<usize>,
+}
+
 /// Where some lines are in a text: (from, to) byte offsets.
 type TextRange = (u32, u32);
 
@@ -511,35 +520,36 @@ impl LiveFile {
         &self.stretch_functions[range(self.stretches[k].functions)]
     }
 
-    /// Adds to `out` the functions a dump must load, besides the `changed`
-    /// ones, to update this record after they ran: all those of their
-    /// stretches of several functions that keep no parts yet.
-    pub fn needs(&self, changed: &[usize], out: &mut Vec<usize>) {
-        self.needs_of(&self.reached(changed).0, out);
+    /// What the `changed` functions (ascending) reach of this record, to
+    /// update it after they ran.
+    pub fn reach(&self, changed: &[usize]) -> Reach {
+        let (stretches, groups) = self.reached(changed);
+        Reach { changed: changed.to_vec(), stretches, groups }
     }
 
-    /// [`Self::needs`] of the stretches they reach.
-    fn needs_of(&self, stretches: &[usize], out: &mut Vec<usize>) {
-        for &k in stretches {
+    /// Adds to `out` the functions a dump must load, besides the changed
+    /// ones, to update this record: all those of the stretches `reach`
+    /// has of several functions that keep no parts yet.
+    pub fn needs(&self, reach: &Reach, out: &mut Vec<usize>) {
+        for &k in &reach.stretches {
             if self.stretches[k].kept.is_none() {
                 out.extend(self.functions_of(k).iter().map(|&i| i as usize));
             }
         }
     }
 
-    /// Computes again what `changed` reach, from `coverage`, which loaded
-    /// them and what [`Self::needs`] named; `index_of` maps a function to
-    /// its place in `coverage`.
+    /// Computes again what `reach` has, from `coverage`, which loaded its
+    /// changed functions and what [`Self::needs`] named; `index_of` maps a
+    /// function to its place in `coverage`.
     pub fn update<'m>(
         &mut self,
         coverage: &Coverage<'m>,
         index_of: &FxHashMap<usize, usize>,
-        changed: &[usize],
+        reach: &Reach,
         work: &mut Work<'m>,
     ) {
-        let (stretches, groups) = self.reached(changed);
-        let mut wanted = changed.to_vec();
-        self.needs_of(&stretches, &mut wanted);
+        let mut wanted = reach.changed.clone();
+        self.needs(reach, &mut wanted);
         // (mapping index, place in `coverage`), by mapping index.
         let mut loaded: Vec<(usize, usize)> = wanted.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
         loaded.sort_unstable();
@@ -562,7 +572,7 @@ impl LiveFile {
         fresh.stretches.clear();
         // The lines computed again take about as much room as they did.
         let mut lengths = (0, 0);
-        for &k in &stretches {
+        for &k in &reach.stretches {
             let (da_from, brda_from) = match k.checked_sub(1) {
                 Some(before) => (self.stretches[before].da_end, self.stretches[before].brda_end),
                 None => (self.lines_at, self.stretches.last().map_or(0, |s| s.da_end)),
@@ -574,7 +584,7 @@ impl LiveFile {
         fresh.da.reserve(lengths.0);
         fresh.brda.reserve(lengths.1);
         let n = self.stretches.len();
-        for k in stretches {
+        for &k in &reach.stretches {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
             self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, true, work);
         }
@@ -583,7 +593,7 @@ impl LiveFile {
         // which of its counts are zero changed: a service runs the same
         // paths again and again.
         let Work { data, mask, .. } = work;
-        for g in groups {
+        for &g in &reach.groups {
             let members = &mut self.members[range(self.groups[g])];
             let (before, ran) = group_summary(members);
             self.total.sub(before);
