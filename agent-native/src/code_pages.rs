@@ -1,11 +1,12 @@
-//! The pages of the agent's own code, given back after each dump.
+//! The pages of the agent's own code, given back after a first dump.
 //!
-//! A dump runs much of liblivecov.so (the first one most of it: 2.9 MiB of
-//! it stayed resident in redis), and between dumps the program runs none
-//! of it. Those pages are the file's, read-only and shared with the page
-//! cache: dropped from the program's mapping, the next dump maps again
-//! those it runs from the page cache (a minor fault maps a run of them),
-//! as the engine does with the objects' `__llvm_covfun`.
+//! A first dump runs most of liblivecov.so once (2.9 MiB of it stayed
+//! resident in redis), the next ones a part of it, and between dumps the
+//! program runs none of it. Those pages are the file's, read-only and
+//! shared with the page cache: dropped from the program's mapping, the
+//! next dump maps again those it runs from the page cache (a minor fault
+//! maps a run of them), as the engine does with the objects'
+//! `__llvm_covfun`.
 //!
 //! Only when the agent is its own shared object: linked into a program or
 //! into another library, the pages around its code are theirs, and their

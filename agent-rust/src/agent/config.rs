@@ -73,10 +73,12 @@ pub struct Config {
     /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
     pub runtime: &'static str,
     /// Called after each piece of work of the engine (a report, a reset,
-    /// a snapshot of the counters), by the thread that did it: the C
-    /// agent's allocator gives back the freed memory it kept for the
-    /// work's own use.
-    pub after_engine_work: Option<fn()>,
+    /// a snapshot of the counters), by the thread that did it, with
+    /// whether the work read every function of the mapping (a first
+    /// report, one after a reset, an export): the C agent's allocator
+    /// gives back the freed memory it kept for the work's own use, and
+    /// after whole work the pages of the agent's code it ran.
+    pub after_engine_work: Option<fn(bool)>,
 }
 
 impl Default for Config {

@@ -530,7 +530,7 @@ impl Agent {
 /// has begun).
 struct EngineAtWork<'a> {
     engine: MutexGuard<'a, Engine>,
-    after: Option<fn()>,
+    after: Option<fn(bool)>,
 }
 
 impl std::ops::Deref for EngineAtWork<'_> {
@@ -549,7 +549,7 @@ impl std::ops::DerefMut for EngineAtWork<'_> {
 impl Drop for EngineAtWork<'_> {
     fn drop(&mut self) {
         if let Some(after) = self.after {
-            after();
+            after(self.engine.take_whole_work());
         }
     }
 }
