@@ -82,13 +82,10 @@ fn take_kept(len: usize) -> Option<*mut u8> {
     let mut kept = KEPT.try_lock().ok()?;
     let (slot, &(at, have)) =
         kept.blocks.iter().enumerate().filter(|(_, b)| b.1 >= len).min_by_key(|(_, b)| b.1)?;
-    kept.blocks[slot] = (0, 0);
-    kept.bytes -= have;
-    drop(kept);
-    if have > len {
-        // Safety: the tail of a mapping this allocator owns and no block uses.
-        unsafe { libc::munmap((at + len) as *mut libc::c_void, have - len) };
-    }
+    // The tail stays kept, in the same slot: unmapping it would cost as
+    // much as unmapping the whole (the other threads' TLBs flushed).
+    kept.blocks[slot] = if have > len { (at + len, have - len) } else { (0, 0) };
+    kept.bytes -= len;
     Some(at as *mut u8)
 }
 
@@ -102,11 +99,27 @@ pub fn release_kept() {
         }
         Err(_) => return,
     };
-    for (at, len) in blocks {
-        if len > 0 {
-            // Safety: a mapping this allocator owns and no block uses.
-            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+    let mut blocks = blocks;
+    // By address: the pieces of one mapping (a block's tail kept, and the
+    // block itself freed later) next to each other, unmapped by one call.
+    blocks.sort_unstable_by_key(|&(at, len)| (len == 0, at));
+    let unmap = |(at, len): (usize, usize)| {
+        // Safety: mappings this allocator owns and no block uses.
+        unsafe { libc::munmap(at as *mut libc::c_void, len) };
+    };
+    let mut run = (0, 0);
+    for (at, len) in blocks.into_iter().take_while(|b| b.1 > 0) {
+        if run.1 > 0 && run.0 + run.1 == at {
+            run.1 += len;
+        } else {
+            if run.1 > 0 {
+                unmap(run);
+            }
+            run = (at, len);
         }
+    }
+    if run.1 > 0 {
+        unmap(run);
     }
 }
 
