@@ -795,19 +795,25 @@ impl Engine {
                 }
             }
         }
-        // Each touched record needs the changed functions and the others of
-        // their stretches that keep no parts.
-        let mut touched: Vec<(Touched, Vec<usize>)> = touched
+        let mut reached: Vec<Touched> = touched
             .into_iter()
-            .filter_map(|(file, changed)| {
-                let live = last.files[file as usize].as_ref()?;
-                let reach = live.reach(&changed);
-                let mut needed = changed;
-                live.needs(&reach, &mut needed);
-                Some(((file, reach), needed))
+            .filter_map(|(file, changed)| Some((file, last.files[file as usize].as_ref()?.reach(&changed))))
+            .collect();
+        reached.sort_unstable_by_key(|(file, _)| *file);
+        self.keep_parts(&reached)?;
+        // Each touched record needs the changed functions and the others of
+        // their stretches that keep no parts (of one function).
+        let last = &mut self.last;
+        let touched: Vec<(Touched, Vec<usize>)> = reached
+            .into_iter()
+            .map(|(file, reach)| {
+                let mut needed = reach.changed().to_vec();
+                if let Some(live) = &last.files[file as usize] {
+                    live.needs(&reach, &mut needed);
+                }
+                ((file, reach), needed)
             })
             .collect();
-        touched.sort_unstable_by_key(|((file, _), _)| *file);
         // The records' last texts are then theirs alone: each is freed as
         // its next is made, and its memory serves the next record's.
         last.report = Chunks::default();
@@ -841,6 +847,52 @@ impl Engine {
         }
         last.report = report;
         Ok(last.report.clone())
+    }
+
+    /// Keeps the parts of the stretches of several functions that the
+    /// `reached` records have and that keep none yet (see
+    /// `LiveFile::unkept`), reading the functions of them all
+    /// [`PART_FUNCTIONS`] at a time (each once: a function of a C program
+    /// expands the macros of several headers).
+    fn keep_parts(&mut self, reached: &[Touched]) -> Result<()> {
+        let mut unkept: Vec<(FileName, usize, Vec<usize>, lcov::Parts)> = Vec::new();
+        for (file, reach) in reached {
+            if let Some(live) = &self.last.files[*file as usize] {
+                let stretches = live.unkept(reach).into_iter();
+                unkept.extend(stretches.map(|(k, functions)| (*file, k, functions, lcov::Parts::default())));
+            }
+        }
+        let mut all: Vec<usize> = unkept.iter().flat_map(|(_, _, functions, _)| functions.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        // Duplicates of a function in two objects are one only within one
+        // load: with several objects, the functions load at once.
+        let chunk = if self.mapping.objects() > 1 { all.len().max(1) } else { PART_FUNCTIONS };
+        for some in all.chunks(chunk) {
+            self.restore(some)?;
+            let counts = MergedCounts(&self.last);
+            let coverage = Coverage::of_functions(&self.mapping, &counts, some.iter().copied());
+            let index_of: FxHashMap<usize, usize> =
+                coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+            let (first, last) = (some[0], some[some.len() - 1]);
+            let mut work = lcov::Work::default();
+            for (file, k, functions, parts) in &mut unkept {
+                let from = functions.partition_point(|&i| i < first);
+                let to = functions.partition_point(|&i| i <= last);
+                if let (Some(live), true) = (&self.last.files[*file as usize], from < to) {
+                    live.read_parts(*k, &coverage, &index_of, &functions[from..to], parts, &mut work);
+                }
+            }
+            drop(work);
+            drop(coverage);
+            self.release_done(some);
+        }
+        for (file, k, _, parts) in unkept {
+            if let Some(live) = &mut self.last.files[file as usize] {
+                live.keep_parts(k, parts);
+            }
+        }
+        Ok(())
     }
 
     /// Computes the records of `files` whole, in [`batches`].
@@ -1019,6 +1071,10 @@ impl Engine {
         Ok(())
     }
 }
+
+/// How many functions a dump decodes at a time to keep the parts of a
+/// stretch (see `Engine::keep_parts`).
+const PART_FUNCTIONS: usize = 128;
 
 /// About how many functions a dump decodes at a time.
 const BATCH_FUNCTIONS: usize = 1024;

@@ -98,6 +98,9 @@ struct Stretch {
     /// stretch's begin where the last one's end (see `LiveFile::lines_at`).
     da_end: u32,
     brda_end: u32,
+    /// Its parts were kept by this dump, ahead of computing it (see
+    /// [`LiveFile::unkept`]): its lines are to be written again.
+    kept_now: bool,
 }
 
 /// Stretches' lines computed again, not yet in the text: all their `DA`
@@ -118,6 +121,12 @@ pub struct Reach {
     changed: Vec<usize>,
     stretches: Vec<usize>,
     groups: Vec<usize>,
+}
+
+impl Reach {
+    pub fn changed(&self) -> &[usize] {
+        &self.changed
+    }
 }
 
 /// Where some lines are in a text: (from, to) byte offsets.
@@ -185,6 +194,31 @@ struct Part {
     branches: Vec<PlacedBranch>,
     branch_positions: Vec<u32>,
 }
+
+impl Part {
+    /// The part in `lines` of `file` of the function at `at` in `coverage`
+    /// (none when it was not loaded: left out of reports).
+    fn read<'m>(
+        coverage: &Coverage<'m>,
+        at: Option<usize>,
+        file: FileName,
+        lines: (u32, u32),
+        data: &mut CoverageData<'m>,
+    ) -> Part {
+        let mut part = Part::default();
+        if let Some(at) = at {
+            coverage.part_in_file_into(at, file, lines, &mut part.spans, data);
+            part.region_positions = std::mem::take(&mut data.region_positions);
+            placed_branches(coverage, data, &mut part.branches, Some(&mut part.branch_positions));
+        }
+        part
+    }
+}
+
+/// The parts of a stretch's functions, read a few functions at a time (see
+/// [`LiveFile::unkept`]).
+#[derive(Default)]
+pub struct Parts(Vec<Part>);
 
 impl Kept {
     /// Of the functions' parts: `parts[k]` is function `k`'s.
@@ -527,6 +561,45 @@ impl LiveFile {
         Reach { changed: changed.to_vec(), stretches, groups }
     }
 
+    /// The stretches `reach` has of several functions that keep no parts
+    /// yet, each with its functions (by mapping index, ascending). A dump
+    /// reads their parts a few functions at a time ([`Self::read_parts`])
+    /// and keeps them ([`Self::keep_parts`]) before it computes the
+    /// record: loaded at once with the others, the functions of a header's
+    /// stretches (a macro, expanded by hundreds of functions) were most of
+    /// the memory a dump took.
+    pub fn unkept(&self, reach: &Reach) -> Vec<(usize, Vec<usize>)> {
+        let unkept = reach.stretches.iter().filter(|&&k| self.stretches[k].kept.is_none());
+        let functions = |k: usize| self.functions_of(k).iter().map(|&i| i as usize).collect();
+        unkept.filter(|&&k| self.functions_of(k).len() > 1).map(|&k| (k, functions(k))).collect()
+    }
+
+    /// Adds to `parts` those of stretch `k`'s `functions` (the next of
+    /// them, ascending), from `coverage`, which loaded them (`index_of`
+    /// maps a function to its place there).
+    pub fn read_parts<'m>(
+        &self,
+        k: usize,
+        coverage: &Coverage<'m>,
+        index_of: &FxHashMap<usize, usize>,
+        functions: &[usize],
+        parts: &mut Parts,
+        work: &mut Work<'m>,
+    ) {
+        for i in functions {
+            let at = index_of.get(i).copied();
+            parts.0.push(Part::read(coverage, at, self.file, self.stretches[k].lines, &mut work.data));
+        }
+    }
+
+    /// Keeps `parts` (of all its functions) for stretch `k`.
+    pub fn keep_parts(&mut self, k: usize, parts: Parts) {
+        let followed = k + 1 < self.stretches.len();
+        let stretch = &mut self.stretches[k];
+        stretch.kept = Some(Box::new(Kept::new(&parts.0, followed)));
+        stretch.kept_now = true;
+    }
+
     /// Adds to `out` the functions a dump must load, besides the changed
     /// ones, to update this record: all those of the stretches `reach`
     /// has of several functions that keep no parts yet.
@@ -752,19 +825,15 @@ impl Stretch {
             let parts: Vec<Part> = functions
                 .iter()
                 .map(|&f| {
-                    let mut part = Part::default();
-                    if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                        coverage.part_in_file_into(loaded[l].1, file, self.lines, &mut part.spans, data);
-                        part.region_positions = std::mem::take(&mut data.region_positions);
-                        placed_branches(coverage, data, &mut part.branches, Some(&mut part.branch_positions));
-                    }
-                    part
+                    let at = loaded.binary_search_by_key(&(f as usize), |l| l.0).ok().map(|l| loaded[l].1);
+                    Part::read(coverage, at, file, self.lines, data)
                 })
                 .collect();
             self.kept = Some(Box::new(Kept::new(&parts, followed)));
         }
+        let kept_now = new_kept || std::mem::take(&mut self.kept_now);
         if let Some(kept) = &mut self.kept {
-            if !new_kept && !kept.update_loaded(coverage, functions, loaded) {
+            if !kept_now && !kept.update_loaded(coverage, functions, loaded) {
                 // A function ran elsewhere: these lines are the last text's.
                 return;
             }
