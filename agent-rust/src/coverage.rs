@@ -180,6 +180,22 @@ impl<'m> Coverage<'m> {
         Self::load(mapping, counters, indices, false)
     }
 
+    /// [`of_functions`](Self::of_functions) for the records of `files`
+    /// (ascending) alone: of a function defined in none of them, only its
+    /// regions in them are kept. A header's record needs nearly every
+    /// function of a C program (each that expands one of its macros), and
+    /// the regions of their bodies were most of the memory a first dump
+    /// took.
+    pub fn of_functions_for(
+        mapping: &'m CoverageMapping,
+        counters: &dyn CounterSource,
+        indices: impl Iterator<Item = usize>,
+        files: &[FileName],
+    ) -> Self {
+        let indices = indices.filter(|&i| i < mapping.functions.len());
+        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, false, Some(files))])
+    }
+
     /// [`for_lcov`](Self::for_lcov), or [`new`](Self::new) with `mcdc`,
     /// counting the functions on up to `threads` threads: a whole program
     /// has tens of thousands, each counted apart from the others.
@@ -193,9 +209,12 @@ impl<'m> Coverage<'m> {
         let chunk = n.div_ceil(threads);
         let parts: Vec<Counted<'m>> = std::thread::scope(|scope| {
             let others: Vec<_> = (1..threads)
-                .map(|t| scope.spawn(move || Counted::of(mapping, counters, t * chunk..((t + 1) * chunk).min(n), mcdc)))
+                .map(|t| {
+                    let part = t * chunk..((t + 1) * chunk).min(n);
+                    scope.spawn(move || Counted::of(mapping, counters, part, mcdc, None))
+                })
                 .collect();
-            let mut parts = vec![Counted::of(mapping, counters, 0..chunk.min(n), mcdc)];
+            let mut parts = vec![Counted::of(mapping, counters, 0..chunk.min(n), mcdc, None)];
             parts.extend(others.into_iter().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))));
             parts
         });
@@ -209,7 +228,7 @@ impl<'m> Coverage<'m> {
         mcdc: bool,
     ) -> Self {
         let indices = indices.filter(|&i| i < mapping.functions.len());
-        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, mcdc)])
+        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, mcdc, None)])
     }
 
     /// The coverage of the functions counted in `parts`, in order.
@@ -445,10 +464,17 @@ struct Counted<'m> {
 }
 
 impl<'m> Counted<'m> {
-    fn of(mapping: &'m CoverageMapping, counters: &dyn CounterSource, indices: impl Iterator<Item = usize>, mcdc: bool) -> Self {
+    /// `files`: see [`Coverage::of_functions_for`].
+    fn of(
+        mapping: &'m CoverageMapping,
+        counters: &dyn CounterSource,
+        indices: impl Iterator<Item = usize>,
+        mcdc: bool,
+        files: Option<&[FileName]>,
+    ) -> Self {
         let mut counted = Counted { records: Vec::with_capacity(indices.size_hint().0), mismatched: Vec::new() };
         for i in indices {
-            match count_function(mapping, counters, i, mcdc) {
+            match count_function(mapping, counters, i, mcdc, files) {
                 Some(Ok(record)) => counted.records.push(record),
                 Some(Err(Mismatch)) => counted.mismatched.push(i),
                 None => {}
@@ -468,6 +494,7 @@ fn count_function<'m>(
     counters: &dyn CounterSource,
     i: usize,
     mcdc: bool,
+    files: Option<&[FileName]>,
 ) -> Option<Result<FunctionRecord<'m>, Mismatch>> {
     let f = &mapping.functions[i];
     let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(i, f.name_ref, f.hash) {
@@ -483,7 +510,7 @@ fn count_function<'m>(
         return None;
     }
     let name = f.name_without_prefix(mapping);
-    count_regions(i, name, f, counts, mcdc.then_some(bitmap)).map(Ok)
+    count_regions(i, name, f, counts, mcdc.then_some(bitmap), files).map(Ok)
 }
 
 impl crate::mapping::FunctionMapping {
@@ -615,34 +642,53 @@ fn count_regions<'m>(
     f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
     mcdc_bitmap: Option<&[u8]>,
+    files: Option<&[FileName]>,
 ) -> Option<FunctionRecord<'m>> {
     let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
-    let branches = f.regions.iter().filter(|r| r.is_branch()).count();
+    let main_file = main_file_id(f.filenames.len(), &f.regions);
+    let named = |files: &[FileName], id: u32| {
+        f.filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())
+    };
+    // Only the regions in `files`, unless the function is defined in one:
+    // its summary reads its regions in every file.
+    let files = files.filter(|files| !main_file.is_some_and(|m| named(files, m)));
+    let kept = |r: &Region| files.is_none_or(|files| named(files, r.file_id));
+    let branches = f.regions.iter().filter(|r| r.is_branch() && kept(r)).count();
+    let regions = match files {
+        None => f.regions.len() - branches,
+        Some(_) => f.regions.iter().filter(|r| !r.is_branch() && kept(r)).count(),
+    };
     let mut record = FunctionRecord {
         mapping_index,
         name,
         filenames: &f.filenames,
-        regions: Vec::with_capacity(f.regions.len() - branches),
+        regions: Vec::with_capacity(regions),
         branches: Vec::with_capacity(branches),
         mcdc_records: Vec::new(),
         execution_count: 0,
-        main_file: main_file_id(f.filenames.len(), &f.regions),
+        main_file,
     };
+    let mut first = true;
     for r in &f.regions {
         if r.kind == RegionKind::McdcDecision {
             continue;
         }
+        // Every count is evaluated, kept or not: one out of range drops
+        // the function, as llvm-cov drops it.
         let counted = CountedRegion {
             region: r,
             count: eval.eval(r.count)? as u64,
             false_count: eval.eval(r.false_count)? as u64,
         };
+        if !r.is_branch() && std::mem::take(&mut first) {
+            record.execution_count = counted.count;
+        }
+        if !kept(r) {
+            continue;
+        }
         if r.is_branch() {
             record.branches.push(counted);
         } else {
-            if record.regions.is_empty() {
-                record.execution_count = counted.count;
-            }
             record.regions.push(counted);
         }
     }

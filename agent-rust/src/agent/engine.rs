@@ -907,7 +907,10 @@ impl Engine {
         let files = files.iter().map(|&file| (file, of_file(file))).collect();
         for (batch, functions, done) in batches(files) {
             self.restore(&functions)?;
-            let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
+            let mut files = batch.clone();
+            files.sort_unstable();
+            let counts = MergedCounts(&self.last);
+            let coverage = Coverage::of_functions_for(&self.mapping, &counts, functions.into_iter(), &files);
             let present: FxHashSet<FileName> = coverage.functions.iter().flat_map(|f| f.filenames.iter().copied()).collect();
             for file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {
