@@ -22,7 +22,7 @@ use std::time::Instant;
 use engine::agent::{self, Agent, Config};
 
 mod allocator;
-mod code_pages;
+mod own_module;
 
 #[global_allocator]
 static ALLOCATOR: allocator::AgentAllocator = allocator::AgentAllocator;
@@ -340,8 +340,9 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
     let _ = catch_unwind(|| {
-        if !in_shared_object() {
-            // Linked statically into the program: it calls livecov_start.
+        if own_module::find().is_none_or(|m| m.index == 0) {
+            // Linked statically into the program (the module holding this
+            // code is the executable): it calls livecov_start.
             return;
         }
         autostart();
@@ -394,39 +395,8 @@ fn autostart() {
 fn after_engine_work(whole: bool) {
     allocator::release_kept();
     if whole {
-        code_pages::release();
+        own_module::release_code_pages();
     }
-}
-
-/// Whether this code was loaded as a shared object (not linked into the
-/// executable): the module whose segments hold `constructor` is not the
-/// first one `dl_iterate_phdr` reports.
-fn in_shared_object() -> bool {
-    struct Search {
-        address: usize,
-        index: usize,
-        found: Option<usize>,
-    }
-    unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: libc::size_t, data: *mut c_void) -> c_int {
-        // Safety: the loader passes a valid info; `data` is our Search.
-        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
-        let index = search.index;
-        search.index += 1;
-        for i in 0..info.dlpi_phnum as usize {
-            // Safety: dlpi_phdr has dlpi_phnum entries.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            let start = (info.dlpi_addr as usize).wrapping_add(ph.p_vaddr as usize);
-            if ph.p_type == libc::PT_LOAD && search.address >= start && search.address < start + ph.p_memsz as usize {
-                search.found = Some(index);
-                return 1;
-            }
-        }
-        0
-    }
-    let mut search = Search { address: constructor as *const () as usize, index: 0, found: None };
-    // Safety: the callback only reads what the loader hands it.
-    unsafe { libc::dl_iterate_phdr(Some(visit), &mut search as *mut Search as *mut c_void) };
-    search.found.is_some_and(|i| i > 0)
 }
 
 #[cfg(test)]

@@ -158,14 +158,14 @@ impl<'m> Coverage<'m> {
     /// Every function's coverage, with all that llvm-cov's JSON export
     /// shows (its MC/DC records too).
     pub fn new(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
-        Self::load(mapping, counters, 0..mapping.functions.len(), true)
+        Self::load(mapping, counters, 0..mapping.functions.len(), true, None)
     }
 
     /// [`new`](Self::new) without the MC/DC records, which LCOV does not
     /// show: finding a decision's test vectors walks every path through
     /// its conditions.
     pub fn for_lcov(mapping: &'m CoverageMapping, counters: &dyn CounterSource) -> Self {
-        Self::load(mapping, counters, 0..mapping.functions.len(), false)
+        Self::load(mapping, counters, 0..mapping.functions.len(), false, None)
     }
 
     /// [`for_lcov`](Self::for_lcov) of some of the mapping's functions
@@ -177,7 +177,12 @@ impl<'m> Coverage<'m> {
         counters: &dyn CounterSource,
         indices: impl Iterator<Item = usize>,
     ) -> Self {
-        Self::load(mapping, counters, indices, false)
+        Self::load(mapping, counters, indices, false, None)
+    }
+
+    /// Where each function is in `functions`, by its index in the mapping.
+    pub fn places(&self) -> FxHashMap<usize, usize> {
+        self.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect()
     }
 
     /// [`of_functions`](Self::of_functions) for the records of `files`
@@ -192,8 +197,7 @@ impl<'m> Coverage<'m> {
         indices: impl Iterator<Item = usize>,
         files: &[FileName],
     ) -> Self {
-        let indices = indices.filter(|&i| i < mapping.functions.len());
-        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, false, Some(files))])
+        Self::load(mapping, counters, indices, false, Some(files))
     }
 
     /// [`for_lcov`](Self::for_lcov), or [`new`](Self::new) with `mcdc`,
@@ -204,7 +208,7 @@ impl<'m> Coverage<'m> {
         let n = mapping.functions.len();
         let threads = threads.clamp(1, n / 4096 + 1);
         if threads == 1 {
-            return Self::load(mapping, counters, 0..n, mcdc);
+            return Self::load(mapping, counters, 0..n, mcdc, None);
         }
         let chunk = n.div_ceil(threads);
         let parts: Vec<Counted<'m>> = std::thread::scope(|scope| {
@@ -226,9 +230,10 @@ impl<'m> Coverage<'m> {
         counters: &dyn CounterSource,
         indices: impl Iterator<Item = usize>,
         mcdc: bool,
+        files: Option<&[FileName]>,
     ) -> Self {
         let indices = indices.filter(|&i| i < mapping.functions.len());
-        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, mcdc, None)])
+        Self::from_parts(mapping, vec![Counted::of(mapping, counters, indices, mcdc, files)])
     }
 
     /// The coverage of the functions counted in `parts`, in order.

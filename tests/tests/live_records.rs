@@ -146,7 +146,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
             }
         }
         let mut loaded = changed.clone();
-        let touched: Vec<_> = touched.into_iter().map(|(file, changed)| (file, live[&file].reach(&changed))).collect();
+        let touched: Vec<_> = touched.into_iter().map(|(file, changed)| (file, live[&file].reach(changed))).collect();
         for (file, reach) in &touched {
             let before = loaded.len();
             live[file].needs(reach, &mut loaded);
@@ -155,8 +155,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         loaded.sort_unstable();
         loaded.dedup();
         let partial = Coverage::of_functions(&mapping, &now, loaded.into_iter());
-        let index_of: FxHashMap<usize, usize> =
-            partial.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+        let index_of = partial.places();
         // One scratch for every record, as the agent's dumps share it.
         let mut work = lcov::Work::default();
         for (file, reach) in &touched {

@@ -797,7 +797,7 @@ impl Engine {
         }
         let mut reached: Vec<Touched> = touched
             .into_iter()
-            .filter_map(|(file, changed)| Some((file, last.files[file as usize].as_ref()?.reach(&changed))))
+            .filter_map(|(file, changed)| Some((file, last.files[file as usize].as_ref()?.reach(changed))))
             .collect();
         reached.sort_unstable_by_key(|(file, _)| *file);
         self.keep_parts(&reached)?;
@@ -820,8 +820,7 @@ impl Engine {
         for (files, functions, done) in batches(touched) {
             self.restore(&functions)?;
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
-            let index_of: FxHashMap<usize, usize> =
-                coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+            let index_of = coverage.places();
             let mut work = lcov::Work::default();
             for (file, reach) in &files {
                 if let Some(live) = &mut self.last.files[*file as usize] {
@@ -872,8 +871,7 @@ impl Engine {
             self.restore(some)?;
             let counts = MergedCounts(&self.last);
             let coverage = Coverage::of_functions(&self.mapping, &counts, some.iter().copied());
-            let index_of: FxHashMap<usize, usize> =
-                coverage.functions.iter().enumerate().map(|(at, f)| (f.mapping_index, at)).collect();
+            let index_of = coverage.places();
             let (first, last) = (some[0], some[some.len() - 1]);
             let mut work = lcov::Work::default();
             for (file, k, functions, parts) in &mut unkept {

@@ -556,9 +556,9 @@ impl LiveFile {
 
     /// What the `changed` functions (ascending) reach of this record, to
     /// update it after they ran.
-    pub fn reach(&self, changed: &[usize]) -> Reach {
-        let (stretches, groups) = self.reached(changed);
-        Reach { changed: changed.to_vec(), stretches, groups }
+    pub fn reach(&self, changed: Vec<usize>) -> Reach {
+        let (stretches, groups) = self.reached(&changed);
+        Reach { changed, stretches, groups }
     }
 
     /// The stretches `reach` has of several functions that keep no parts
