@@ -83,8 +83,32 @@ pub fn refuse(stream: &Accepted, instance: &[u8]) {
 
 async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
     match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
+        Some(l) => l.accept().await.map(|(s, _)| {
+            widen_send_buffer(&s);
+            s
+        }),
         None => std::future::pending().await,
+    }
+}
+
+/// Asks for a send buffer a report fits in (the kernel caps it at
+/// `net.core.wmem_max`, and takes the memory only as it is written): with
+/// the default 208 KiB, a report of a few MiB made the agent's thread wait
+/// for the reader about ten times, each a switch to another task and back
+/// (on redis under load, 0.3 ms of a 4 ms dump).
+fn widen_send_buffer(stream: &tokio::net::UnixStream) {
+    use std::os::fd::AsRawFd;
+    const REPORT_BYTES: libc::c_int = 4 << 20;
+    // Safety: an option of a socket this function borrows, from a value
+    // of the size given. A refusal leaves the default, which works.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&REPORT_BYTES as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 
