@@ -365,6 +365,11 @@ pub fn decode_counters(layout: &RecordLayout, bytes: &[u8], index: usize) -> Res
     raw::counter_values(layout, bytes, 0, index)
 }
 
+/// As [`decode_counters`], appending to `values`.
+pub fn decode_counters_into(layout: &RecordLayout, bytes: &[u8], index: usize, values: &mut Vec<u64>) -> Result<()> {
+    raw::push_counter_values(layout, bytes, 0, index, values)
+}
+
 /// Bit of a function hash that marks context-sensitive IR records
 /// (`NamedInstrProfRecord::CS_FLAG_IN_FUNC_HASH`).
 pub(crate) const CS_FLAG_IN_HASH: u32 = 60;

@@ -168,10 +168,13 @@ type Touched = (FileName, lcov::Reach);
 
 /// The functions whose counters changed since the last dump. Those of a
 /// key with one record (most) are merged already: the merge of one record
-/// is its counters as they are. The others (a key in several modules) by
-/// their keys, and per module their records, decoded again.
+/// is its counters as they are (`merged`: the key and where its counts are
+/// in `counts`, one vector for all: hundreds change in a dump). The others
+/// (a key in several modules) by their keys, and per module their records,
+/// decoded again.
 struct Changed {
-    merged: Vec<(u32, Vec<u64>)>,
+    merged: Vec<(u32, std::ops::Range<usize>)>,
+    counts: Vec<u64>,
     keys: FxHashSet<Key>,
     records: Vec<Vec<FunctionCounters>>,
 }
@@ -647,8 +650,12 @@ impl Engine {
     /// Reads the counters of reported functions from memory and compares
     /// them with the last dump's; decodes and keeps those that changed.
     fn changed_since_last(&mut self) -> Result<Changed> {
-        let mut changed =
-            Changed { merged: Vec::new(), keys: FxHashSet::default(), records: vec![Vec::new(); self.modules.len()] };
+        let mut changed = Changed {
+            merged: Vec::new(),
+            counts: Vec::new(),
+            keys: FxHashSet::default(),
+            records: vec![Vec::new(); self.modules.len()],
+        };
         let mut bytes = Vec::new();
         let keys = &self.last.keys;
         // Keys with several records that changed, and the records changed.
@@ -674,11 +681,13 @@ impl Engine {
                 if *last != *bytes {
                     last.copy_from_slice(&bytes);
                     let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
-                    let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
                     if self.last.shared.binary_search(&r.key).is_err() {
-                        changed.merged.push((r.key, counters));
+                        let from = changed.counts.len();
+                        profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
+                        changed.merged.push((r.key, from..changed.counts.len()));
                         continue;
                     }
+                    let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
                     changed.keys.insert((name_ref, hash));
                     // The bitmap is left out: LCOV reports do not read it
                     // (see `MergedCounts`), and it changes no merged count.
@@ -740,7 +749,7 @@ impl Engine {
                 let mut functions = Vec::new();
                 for (k, counts) in &changed.merged {
                     let k = *k as usize;
-                    last.set_merged(k, Some(counts));
+                    last.set_merged(k, changed.counts.get(counts.clone()));
                     functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                 }
                 for key in &changed.keys {
@@ -783,23 +792,25 @@ impl Engine {
         let ignored = |file: FileName| options.ignore.iter().any(|re| re.is_match(self.mapping.file_name(file)));
         rebuild.retain(|&f| !ignored(f));
         last.files.resize_with(self.mapping.files.len(), || None);
-        // The files with a record that changed functions touch, and which.
-        let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
+        // The files with a record that changed functions touch, and which:
+        // (file, function) pairs, sorted.
+        let mut pairs: Vec<(FileName, usize)> = Vec::new();
         for &i in &changed_functions {
             for &file in &self.mapping.functions[i].filenames {
                 if last.files[file as usize].is_some() && rebuild.binary_search(&file).is_err() {
-                    let of_file = touched.entry(file).or_default();
-                    if of_file.last() != Some(&i) {
-                        of_file.push(i);
-                    }
+                    pairs.push((file, i));
                 }
             }
         }
-        let mut reached: Vec<Touched> = touched
-            .into_iter()
-            .filter_map(|(file, changed)| Some((file, last.files[file as usize].as_ref()?.reach(changed))))
+        pairs.sort_unstable();
+        pairs.dedup();
+        let reached: Vec<Touched> = pairs
+            .chunk_by(|a, b| a.0 == b.0)
+            .filter_map(|run| {
+                let file = run[0].0;
+                Some((file, last.files[file as usize].as_ref()?.reach(run.iter().map(|&(_, i)| i).collect())))
+            })
             .collect();
-        reached.sort_unstable_by_key(|(file, _)| *file);
         self.keep_parts(&reached)?;
         // Each touched record needs the changed functions and the others of
         // their stretches that keep no parts (of one function).

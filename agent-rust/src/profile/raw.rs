@@ -348,7 +348,7 @@ pub(crate) fn counter_values(layout: &RecordLayout, slots: &[u8], base: u64, ind
 }
 
 /// As [`counter_values`], appending to `values`.
-fn push_counter_values(
+pub(crate) fn push_counter_values(
     layout: &RecordLayout,
     slots: &[u8],
     base: u64,
