@@ -13,12 +13,17 @@
 //! arena of the program in turn, and the agent must not stall the
 //! program's own allocations.
 //!
+//! Small blocks of the engine's passing work come from scratch memory
+//! instead, while it is on (see `crate::scratch`).
+//!
 //! Written here because no allocator crate does just this: the general
 //! ones (jemalloc, mimalloc) replace small blocks too, and bring a C build.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+use crate::scratch;
 
 /// Blocks this large or larger are mapped on their own. glibc's initial
 /// mapping threshold is 128 KiB, but most of the agent's records are
@@ -175,6 +180,8 @@ unsafe impl GlobalAlloc for AgentAllocator {
         if mapped(layout) {
             // Safety: see `map`.
             unsafe { map(layout.size()) }
+        } else if let Some(p) = scratch::alloc(layout) {
+            p
         } else {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.alloc(layout) }
@@ -194,6 +201,10 @@ unsafe impl GlobalAlloc for AgentAllocator {
                 // Safety: see `map_new`; anonymous mappings are zeroed.
                 None => unsafe { map_new(layout.size()) },
             }
+        } else if let Some(p) = scratch::alloc(layout) {
+            // Safety: a block of scratch memory of this size.
+            unsafe { p.write_bytes(0, layout.size()) };
+            p
         } else {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.alloc_zeroed(layout) }
@@ -206,7 +217,7 @@ unsafe impl GlobalAlloc for AgentAllocator {
             // Safety: `ptr` is a mapping of this length, made by `map` or
             // `realloc` for this layout.
             unsafe { release(ptr, mapping_len(layout.size())) };
-        } else {
+        } else if !scratch::free(ptr) {
             // Safety: forwarded with the caller's guarantees.
             unsafe { System.dealloc(ptr, layout) }
         }
@@ -217,8 +228,13 @@ unsafe impl GlobalAlloc for AgentAllocator {
         // Safety: the caller guarantees that this layout is valid.
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         match (mapped(layout), mapped(new_layout)) {
+            // A scratch block keeps its place when it shrinks (its room is
+            // not cut again: see `scratch`), and when it grows into room
+            // no other block has.
+            (false, false) if scratch::contains(ptr) && new_size <= layout.size() => ptr,
+            (false, false) if scratch::contains(ptr) && scratch::grow(ptr, layout.size(), new_size) => ptr,
             // Safety: forwarded with the caller's guarantees.
-            (false, false) => unsafe { System.realloc(ptr, layout, new_size) },
+            (false, false) if !scratch::contains(ptr) => unsafe { System.realloc(ptr, layout, new_size) },
             (true, true) => {
                 // Moves the pages instead of copying them (and leaves the
                 // block where it is when it shrinks or the room is free).
@@ -233,7 +249,8 @@ unsafe impl GlobalAlloc for AgentAllocator {
                 }
             }
             _ => {
-                // Across the threshold: a new block, the bytes copied.
+                // Across the threshold, or a scratch block grown: a new
+                // block, the bytes copied.
                 // Safety: the new layout is valid (see above); both blocks
                 // hold at least the smaller size.
                 let new = unsafe { self.alloc(new_layout) };

@@ -23,6 +23,7 @@ use engine::agent::{self, Agent, Config};
 
 mod allocator;
 mod own_module;
+mod scratch;
 
 #[global_allocator]
 static ALLOCATOR: allocator::AgentAllocator = allocator::AgentAllocator;
@@ -165,6 +166,7 @@ pub unsafe extern "C" fn livecov_start(config: *const c_char) -> c_int {
 fn start(mut config: Config) -> Result<&'static Agent, Failure> {
     config.runtime = RUNTIME;
     config.after_engine_work = Some(after_engine_work);
+    config.scratch = Some(scratch::set);
     agent::start_with(config).map_err(|e| {
         let code = if e.starts_with("internal error") {
             status::INTERNAL
@@ -375,6 +377,7 @@ fn autostart() {
     }
     config.runtime = RUNTIME;
     config.after_engine_work = Some(after_engine_work);
+    config.scratch = Some(scratch::set);
     // In the background: the socket and the metadata are made on the
     // agent's thread, not before `main`.
     match agent::start_in_background(config) {
@@ -388,12 +391,14 @@ fn autostart() {
 }
 
 /// What the engine's work left resident and no longer uses, given back:
-/// the mappings the allocator kept for it, and after `whole` work (a
+/// the mappings the allocator kept for it, its free scratch memory, and
+/// after `whole` work (a
 /// first report: most of the agent's code runs once) the pages of the
 /// agent's code it ran. Not after every dump: a warm dump runs 1.4 MiB of
 /// that code on redis, and mapping it again cost about 0.2 ms a dump.
 fn after_engine_work(whole: bool) {
     allocator::release_kept();
+    scratch::release();
     if whole {
         own_module::release_code_pages();
     }

@@ -79,6 +79,12 @@ pub struct Config {
     /// gives back the freed memory it kept for the work's own use, and
     /// after whole work the pages of the agent's code it ran.
     pub after_engine_work: Option<fn(bool)>,
+    /// Called by the engine's thread with `true` before passing work whose
+    /// small blocks are all freed when it ends (a batch's decoded and
+    /// counted functions), and `false` after: the C agent's allocator then
+    /// takes them from memory of their own, given back whole, not from the
+    /// arena the records that stay are in.
+    pub scratch: Option<fn(bool)>,
 }
 
 impl Default for Config {
@@ -95,6 +101,7 @@ impl Default for Config {
             socket_mode: 0o600,
             runtime: "rust",
             after_engine_work: None,
+            scratch: None,
         }
     }
 }

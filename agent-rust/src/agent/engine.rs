@@ -52,6 +52,28 @@ pub struct Engine {
     /// first report, one after a reset, an export), until
     /// [`Self::take_whole_work`].
     whole_work: bool,
+    /// See `Config::scratch`; set by the agent.
+    pub scratch: Option<fn(bool)>,
+}
+
+/// Scratch memory on while it lives (see `Config::scratch`).
+struct Scratch(Option<fn(bool)>);
+
+impl Scratch {
+    fn on(hook: Option<fn(bool)>) -> Scratch {
+        if let Some(set) = hook {
+            set(true);
+        }
+        Scratch(hook)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(set) = self.0 {
+            set(false);
+        }
+    }
 }
 
 /// Which functions stay decoded between dumps: those that ran last, within
@@ -921,11 +943,18 @@ impl Engine {
         };
         let files = files.iter().map(|&file| (file, of_file(file))).collect();
         for (batch, functions, done) in batches(files) {
-            self.restore(&functions)?;
             let mut files = batch.clone();
             files.sort_unstable();
+            // The batch's decoded and counted functions, apart from the
+            // records that stay. Only here, where a dump reads every file:
+            // the few a warm dump loads reuse the arena's free blocks, and
+            // from scratch memory each page would be faulted in again (on
+            // redis under traffic, 500 faults a dump against 70).
+            let scratch = Scratch::on(self.scratch);
+            self.restore(&functions)?;
             let counts = MergedCounts(&self.last);
             let coverage = Coverage::of_functions_for(&self.mapping, &counts, functions.into_iter(), &files);
+            drop(scratch);
             let present: FxHashSet<FileName> = coverage.functions.iter().flat_map(|f| f.filenames.iter().copied()).collect();
             for file in batch {
                 self.last.files[file as usize] = present.contains(&file).then(|| {

@@ -398,7 +398,9 @@ impl Agent {
 
     /// The engine, for a report, a reset or a snapshot.
     fn engine(&self) -> EngineAtWork<'_> {
-        EngineAtWork { engine: lock(&self.engine), after: self.config.after_engine_work }
+        let mut engine = lock(&self.engine);
+        engine.scratch = self.config.scratch;
+        EngineAtWork { engine, after: self.config.after_engine_work }
     }
 
     /// Writes the report to `reports/<instance>.lcov` (atomically where
