@@ -477,10 +477,7 @@ impl<'m> Counted<'m> {
         mcdc: bool,
         files: Option<&[FileName]>,
     ) -> Self {
-        // At most one record a function: as many as there are, not a
-        // vector grown (and its records moved) ten times over.
-        let most = indices.size_hint().1.unwrap_or(0);
-        let mut counted = Counted { records: Vec::with_capacity(most), mismatched: Vec::new() };
+        let mut counted = Counted { records: Vec::with_capacity(indices.size_hint().0), mismatched: Vec::new() };
         for i in indices {
             match count_function(mapping, counters, i, mcdc, files) {
                 Some(Ok(record)) => counted.records.push(record),
