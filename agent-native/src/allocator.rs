@@ -66,7 +66,10 @@ fn mapping_len(size: usize) -> usize {
 /// ones, about as large; mapped afresh, each page would be faulted in and
 /// zeroed, and each unmapping flush the other threads' TLBs (on redis
 /// under traffic, 278 page faults a dump against 179, and a tenth of the
-/// agent's time).
+/// agent's time). The largest, up to [`KEPT_BETWEEN`], stay for the next
+/// dump: its first records would otherwise map theirs afresh (on redis
+/// under traffic, 100 page faults a dump against 79, and 8% of the agent's
+/// time, for 0.4 MiB more resident).
 struct Kept {
     blocks: [(usize, usize); KEPT_BLOCKS],
     bytes: usize,
@@ -74,6 +77,7 @@ struct Kept {
 
 const KEPT_BLOCKS: usize = 64;
 const KEPT_BYTES: usize = 4 << 20;
+const KEPT_BETWEEN: usize = 256 << 10;
 
 /// Taken with `try_lock` only: a block is then mapped or unmapped as
 /// without the list. Two of the agent's threads seldom free large blocks
@@ -94,13 +98,22 @@ fn take_kept(len: usize) -> Option<*mut u8> {
     Some(at as *mut u8)
 }
 
-/// Unmaps the kept mappings: called when the engine's work is done, so
-/// that what a dump freed is not resident between dumps.
+/// Unmaps the kept mappings but the largest (see [`Kept`]): called when
+/// the engine's work is done, so that what a dump freed is not resident
+/// between dumps.
 pub fn release_kept() {
     let blocks = match KEPT.try_lock() {
         Ok(mut kept) => {
+            let mut blocks = std::mem::replace(&mut kept.blocks, [(0, 0); KEPT_BLOCKS]);
+            blocks.sort_unstable_by_key(|&(_, len)| std::cmp::Reverse(len));
             kept.bytes = 0;
-            std::mem::replace(&mut kept.blocks, [(0, 0); KEPT_BLOCKS])
+            let mut stay = 0;
+            while stay < KEPT_BLOCKS && blocks[stay].1 > 0 && kept.bytes + blocks[stay].1 <= KEPT_BETWEEN {
+                kept.bytes += blocks[stay].1;
+                kept.blocks[stay] = std::mem::take(&mut blocks[stay]);
+                stay += 1;
+            }
+            blocks
         }
         Err(_) => return,
     };
