@@ -43,8 +43,13 @@ pub mod status {
     pub const INTERNAL: c_int = 9;
 }
 
-/// The runtime name of instances started by the shim.
-const RUNTIME: &str = "native";
+/// Makes `config` that of an agent started by the shim: its runtime name,
+/// and the hooks of the allocator the shim brings.
+fn as_native(config: &mut Config) {
+    config.runtime = "native";
+    config.after_engine_work = Some(after_engine_work);
+    config.scratch = Some(scratch::set);
+}
 
 // ------------------------------------------------------------ errors
 
@@ -164,9 +169,7 @@ pub unsafe extern "C" fn livecov_start(config: *const c_char) -> c_int {
 }
 
 fn start(mut config: Config) -> Result<&'static Agent, Failure> {
-    config.runtime = RUNTIME;
-    config.after_engine_work = Some(after_engine_work);
-    config.scratch = Some(scratch::set);
+    as_native(&mut config);
     agent::start_with(config).map_err(|e| {
         let code = if e.starts_with("internal error") {
             status::INTERNAL
@@ -375,9 +378,7 @@ fn autostart() {
         );
         return;
     }
-    config.runtime = RUNTIME;
-    config.after_engine_work = Some(after_engine_work);
-    config.scratch = Some(scratch::set);
+    as_native(&mut config);
     // In the background: the socket and the metadata are made on the
     // agent's thread, not before `main`.
     match agent::start_in_background(config) {
@@ -392,9 +393,8 @@ fn autostart() {
 
 /// What the engine's work left resident and no longer uses, given back:
 /// the mappings the allocator kept for it, its free scratch memory, and
-/// after `whole` work (a
-/// first report: most of the agent's code runs once) the pages of the
-/// agent's code it ran. Not after every dump: a warm dump runs 1.4 MiB of
+/// after `whole` work (a first report: most of the agent's code runs once)
+/// the pages of the agent's code it ran. Not after every dump: a warm dump runs 1.4 MiB of
 /// that code on redis, and mapping it again cost about 0.2 ms a dump.
 fn after_engine_work(whole: bool) {
     allocator::release_kept();

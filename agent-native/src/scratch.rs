@@ -54,8 +54,8 @@ static USED: [AtomicU64; CHUNKS / 64] = [const { AtomicU64::new(0) }; CHUNKS / 6
 static FILLING: Mutex<Option<(usize, usize)>> = Mutex::new(None);
 
 /// Small blocks come from scratch memory from now on (`true`), or no
-/// longer (`false`: the chunk being cut is let go, to be given back when
-/// its blocks are freed).
+/// longer (`false`: the chunk being cut is let go, free once its blocks
+/// are).
 pub fn set(on: bool) {
     ON.store(on, Ordering::Relaxed);
     if !on {
@@ -79,9 +79,9 @@ pub fn alloc(layout: Layout) -> Option<*mut u8> {
         let start = at.next_multiple_of(layout.align());
         (start + layout.size() <= CHUNK).then_some(start)
     };
-    let (chunk, start) = match *filling {
-        Some((chunk, at)) if fits(at).is_some() => (chunk, fits(at)?),
-        _ => {
+    let (chunk, start) = match filling.and_then(|(chunk, at)| Some((chunk, fits(at)?))) {
+        Some(room) => room,
+        None => {
             if let Some((full, _)) = filling.take() {
                 unref(full);
             }
@@ -102,8 +102,9 @@ pub fn alloc(layout: Layout) -> Option<*mut u8> {
 pub fn grow(ptr: *mut u8, size: usize, new_size: usize) -> bool {
     let Ok(mut filling) = FILLING.try_lock() else { return false };
     let Some((chunk, at)) = filling.as_mut() else { return false };
+    // Not in the chunk being cut: the difference wraps, and is no offset in it.
     let start = (ptr as usize).wrapping_sub(BASE.load(Ordering::Relaxed) + *chunk * CHUNK);
-    if start + size != *at || start + new_size > CHUNK {
+    if start >= CHUNK || start + size != *at || start + new_size > CHUNK {
         return false;
     }
     *at = start + new_size;
