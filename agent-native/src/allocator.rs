@@ -98,17 +98,18 @@ fn take_kept(len: usize) -> Option<*mut u8> {
     Some(at as *mut u8)
 }
 
-/// Unmaps the kept mappings but the largest (see [`Kept`]): called when
-/// the engine's work is done, so that what a dump freed is not resident
-/// between dumps.
-pub fn release_kept() {
+/// Unmaps the kept mappings but the largest (see [`Kept`]), or all of them
+/// `at_rest`: called when the engine's work is done, so that what a dump
+/// freed is not resident between dumps.
+pub fn release_kept(at_rest: bool) {
+    let between = if at_rest { 0 } else { KEPT_BETWEEN };
     let blocks = match KEPT.try_lock() {
         Ok(mut kept) => {
             let mut blocks = std::mem::replace(&mut kept.blocks, [(0, 0); KEPT_BLOCKS]);
             blocks.sort_unstable_by_key(|&(_, len)| std::cmp::Reverse(len));
             kept.bytes = 0;
             let mut stay = 0;
-            while stay < KEPT_BLOCKS && blocks[stay].1 > 0 && kept.bytes + blocks[stay].1 <= KEPT_BETWEEN {
+            while stay < KEPT_BLOCKS && blocks[stay].1 > 0 && kept.bytes + blocks[stay].1 <= between {
                 kept.bytes += blocks[stay].1;
                 kept.blocks[stay] = std::mem::take(&mut blocks[stay]);
                 stay += 1;
@@ -303,7 +304,8 @@ mod tests {
             drop(vec![0xffu8; size]);
             assert!(vec![0u8; size].iter().all(|&x| x == 0), "a zeroed block of {size} from a kept one");
         }
-        super::release_kept();
+        super::release_kept(false);
+        super::release_kept(true);
         assert!(vec![0u8; 2 * LARGE].iter().all(|&x| x == 0));
         let aligned = std::alloc::Layout::from_size_align(LARGE, 1 << 16).unwrap();
         // Safety: a valid layout; the block is freed with it.

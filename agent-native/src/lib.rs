@@ -48,6 +48,7 @@ pub mod status {
 fn as_native(config: &mut Config) {
     config.runtime = "native";
     config.after_engine_work = Some(after_engine_work);
+    config.at_rest = Some(at_rest);
     config.scratch = Some(scratch::set);
 }
 
@@ -392,16 +393,25 @@ fn autostart() {
 }
 
 /// What the engine's work left resident and no longer uses, given back:
-/// the mappings the allocator kept for it, its free scratch memory, and
-/// after `whole` work (a first report: most of the agent's code runs once)
-/// the pages of the agent's code it ran. Not after every dump: a warm dump runs 1.4 MiB of
-/// that code on redis, and mapping it again cost about 0.2 ms a dump.
+/// the mappings the allocator kept for it (but those kept for the next
+/// dump), its free scratch memory, and after `whole` work (a first report:
+/// most of the agent's code runs once) the pages of the agent's code it
+/// ran. Not after every dump: a warm dump runs 1.4 MiB of that code on
+/// redis, and mapping it again cost about 0.2 ms a dump. That waits for
+/// [`at_rest`].
 fn after_engine_work(whole: bool) {
-    allocator::release_kept();
+    allocator::release_kept(false);
     scratch::release();
     if whole {
         own_module::release_code_pages();
     }
+}
+
+/// Once no dump came for a while: what was kept for the next dump's
+/// speed, given back (the pages of the agent's code, every freed mapping).
+fn at_rest() {
+    allocator::release_kept(true);
+    own_module::release_code_pages();
 }
 
 #[cfg(test)]

@@ -21,7 +21,8 @@
 #    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
 #    the dump is llvm-cov's report byte for byte.
 # 3. Memory: VmRSS of the server with the agent (no dump, and after 1, 10
-#    and 100 dumps under traffic), each beside that of a server without it
+#    and 100 dumps under traffic, and 1.5 s after the last, once the agent
+#    rests: see docs/agent.md), each beside that of a server without it
 #    after as long a time of the same traffic (redis's own memory grows
 #    with it: 2.9 MiB from 4 s to 45 s), against the size of the binary's
 #    __llvm_covfun section.
@@ -153,6 +154,8 @@ while [ "$n" -lt 100 ]; do
     n=$((n + 1))
 done
 at_rss rss_100
+sleep 1.5
+at_rss rss_rest
 kill "$traffic_pid" 2>/dev/null || true
 sleep 0.5
 log "$dumps dumps with the timers only"
@@ -197,7 +200,7 @@ log "the same traffic without the agent, for its memory at the same times"
 start_server no
 traffic_start=$(now_ns)
 traffic 600
-for point in agent 1 10 100; do
+for point in agent 1 10 100 rest; do
     at_ms_var="rss_${point}_at"
     while [ $((($(now_ns) - traffic_start) / 1000000)) -lt "${!at_ms_var}" ]; do sleep 0.05; done
     printf -v "none_$point" '%s' "$(rss_kib)"
@@ -261,6 +264,7 @@ memory_row "before the first dump" agent
 memory_row "after 1 dump" 1
 memory_row "after 10 dumps" 10
 memory_row "after 100 dumps" 100
+memory_row "1.5 s after, the agent at rest" rest
 awk -v a="$rss_100" -v n="$none_100" -v c="$covfun" \
     'BEGIN { printf "%-52s %26.1f\n", sprintf("added after 100 dumps, MiB (goal: at most 4 x __llvm_covfun, %.1f MiB)", 4 * c / 1048576), (a - n) / 1024 }'
 echo

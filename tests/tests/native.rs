@@ -13,6 +13,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use livecov::agent::REST_AFTER;
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::{find_instance, Service};
@@ -949,11 +950,18 @@ fn the_agents_code_is_given_back_after_the_first_dump() {
     eprintln!("after a dump: {rss} KiB of the agent's {size} KiB of code resident");
     assert!(rss * 2 < size, "{rss} KiB of the agent's {size} KiB of code stayed resident after a dump");
     // Dropped pages come back from the file as they run again, and a
-    // warm dump keeps what it ran.
+    // warm dump keeps what it ran, until the agent rests.
     s.send("primes 50");
     let second = s.lcov();
+    let (warm, _) = resident_code(pid, &shim().so);
     assert_eq!(function_count(&first, "work.c", "work_fib"), 1);
     assert_eq!(function_count(&second, "work.c", "work_count_primes"), 1);
+    std::thread::sleep(REST_AFTER + Duration::from_millis(500));
+    let (rested, _) = resident_code(pid, &shim().so);
+    eprintln!("after a warm dump: {warm} KiB resident; {} s later: {rested} KiB", REST_AFTER.as_secs_f64() + 0.5);
+    assert!(rested * 2 < warm, "{rested} KiB of the agent's code stayed resident at rest, {warm} KiB after a warm dump");
+    s.send("fib 21");
+    assert_eq!(function_count(&s.lcov(), "work.c", "work_fib"), 2, "a dump after the rest counts as before");
 }
 
 #[test]

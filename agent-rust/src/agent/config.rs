@@ -79,6 +79,11 @@ pub struct Config {
     /// gives back the freed memory it kept for the work's own use, and
     /// after whole work the pages of the agent's code it ran.
     pub after_engine_work: Option<fn(bool)>,
+    /// Called by the agent's flush thread once the engine has done no work
+    /// for [`super::REST_AFTER`] since it last worked: the C agent gives
+    /// back what it keeps for the speed of dumps that follow each other
+    /// (the pages of its code, its freed mappings).
+    pub at_rest: Option<fn()>,
     /// Called by the engine's thread with `true` before passing work whose
     /// small blocks are all freed when it ends (a batch's decoded and
     /// counted functions), and `false` after: the C agent's allocator then
@@ -101,6 +106,7 @@ impl Default for Config {
             socket_mode: 0o600,
             runtime: "rust",
             after_engine_work: None,
+            at_rest: None,
             scratch: None,
         }
     }

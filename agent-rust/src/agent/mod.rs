@@ -18,9 +18,9 @@ pub mod server;
 mod threads;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use regex::Regex;
 
@@ -58,7 +58,20 @@ pub struct Agent {
     /// start in the foreground; by the flush thread for one in the
     /// background): the final report waits for it.
     ready: (Mutex<bool>, std::sync::Condvar),
+    /// When the engine last worked (milliseconds since `clock`, plus one),
+    /// or 0 once the agent has rested since (see `Config::at_rest`).
+    worked_at: AtomicU64,
 }
+
+/// How long the engine is left without work before `Config::at_rest`:
+/// dumps that follow each other closer than this (a test suite's, a
+/// collector's) keep what makes them fast; a service dumped now and then
+/// holds no more than it needs between dumps.
+pub const REST_AFTER: Duration = Duration::from_secs(1);
+
+/// The byte that tells the flush thread the engine worked (not a signal
+/// number, nor 0, which asks it to end).
+const WORKED: u8 = 255;
 
 /// Starts the agent as the environment says (`LIVECOV_DIR`,
 /// `LIVECOV_LISTEN`, ...). Does nothing when neither is set, and nothing the
@@ -173,6 +186,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         finished: AtomicBool::new(false),
         flush_thread: Mutex::new(None),
         ready: (Mutex::new(false), std::sync::Condvar::new()),
+        worked_at: AtomicU64::new(0),
     }));
     if AGENT
         .compare_exchange(std::ptr::null_mut(), agent as *const Agent as *mut Agent, Ordering::AcqRel, Ordering::Acquire)
@@ -275,22 +289,35 @@ impl Agent {
             // Only now: the server's threads, started above, keep the
             // program's priority (see `threads::lower_priority`).
             threads::lower_priority();
+            let mut next_flush = self.config.flush_every.map(|every| Instant::now() + every);
             loop {
-                match wake.wait(self.config.flush_every) {
+                let until = |at: Instant| at.saturating_duration_since(Instant::now());
+                let timeout = match (next_flush.map(until), self.rest_due().map(until)) {
+                    (Some(flush), Some(rest)) => Some(flush.min(rest)),
+                    (flush, rest) => flush.or(rest),
+                };
+                match wake.wait(timeout) {
                     // `stop` asks the thread to end.
                     Some(0) => {
                         wake.close();
                         return;
                     }
+                    Some(b) if b == i32::from(WORKED) => {}
                     Some(signal) => {
                         self.finish("exited");
                         process::reraise(signal);
                     }
-                    None if self.config.flush_every.is_some() && !self.finished.load(Ordering::Acquire) => {
-                        self.write_report();
-                    }
                     None => {}
                 }
+                if let (Some(at), Some(every)) = (next_flush, self.config.flush_every) {
+                    if Instant::now() >= at {
+                        if !self.finished.load(Ordering::Acquire) {
+                            self.write_report();
+                        }
+                        next_flush = Some(Instant::now() + every);
+                    }
+                }
+                self.rest_if_due();
             }
         })
         .map_err(|e| {
@@ -325,7 +352,7 @@ impl Agent {
     /// be done.
     fn wait_ready(&self) {
         let guard = lock(&self.ready.0);
-        let _ = self.ready.1.wait_timeout_while(guard, std::time::Duration::from_secs(5), |ready| !*ready);
+        let _ = self.ready.1.wait_timeout_while(guard, Duration::from_secs(5), |ready| !*ready);
     }
 
     /// What [`stop`] does once this agent is no longer the current one.
@@ -400,7 +427,37 @@ impl Agent {
     fn engine(&self) -> EngineAtWork<'_> {
         let mut engine = lock(&self.engine);
         engine.scratch = self.config.scratch;
-        EngineAtWork { engine, after: self.config.after_engine_work }
+        EngineAtWork { engine, agent: self }
+    }
+
+    /// The engine has worked: the flush thread is to rest the agent later
+    /// (woken to count the time from the first work since it last did).
+    fn worked(&self) {
+        if self.config.at_rest.is_none() {
+            return;
+        }
+        let now = self.clock.elapsed().as_millis() as u64 + 1;
+        if self.worked_at.swap(now, Ordering::AcqRel) == 0 {
+            process::wake_flush_thread(WORKED);
+        }
+    }
+
+    /// When the agent is to rest, if it has worked since it last did.
+    fn rest_due(&self) -> Option<Instant> {
+        let at = self.worked_at.load(Ordering::Acquire).checked_sub(1)?;
+        Some(self.clock + Duration::from_millis(at) + REST_AFTER)
+    }
+
+    /// Calls `Config::at_rest` once the engine has not worked for
+    /// [`REST_AFTER`] (and not again before it works again).
+    fn rest_if_due(&self) {
+        let (Some(rest), Some(due)) = (self.config.at_rest, self.rest_due()) else { return };
+        let worked_at = self.worked_at.load(Ordering::Acquire);
+        if Instant::now() >= due
+            && self.worked_at.compare_exchange(worked_at, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        {
+            rest();
+        }
     }
 
     /// Writes the report to `reports/<instance>.lcov` (atomically where
@@ -532,7 +589,7 @@ impl Agent {
 /// has begun).
 struct EngineAtWork<'a> {
     engine: MutexGuard<'a, Engine>,
-    after: Option<fn(bool)>,
+    agent: &'a Agent,
 }
 
 impl std::ops::Deref for EngineAtWork<'_> {
@@ -550,9 +607,10 @@ impl std::ops::DerefMut for EngineAtWork<'_> {
 
 impl Drop for EngineAtWork<'_> {
     fn drop(&mut self) {
-        if let Some(after) = self.after {
+        if let Some(after) = self.agent.config.after_engine_work {
             after(self.engine.take_whole_work());
         }
+        self.agent.worked();
     }
 }
 
