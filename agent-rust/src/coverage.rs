@@ -508,10 +508,10 @@ fn count_function<'m>(
         // Never ran (or not in this profile): every counter is zero.
         Lookup::Unknown => (&[], &[]),
     };
-    let first = f.regions.first()?;
+    let first = f.regions().first()?;
     // A zero-region stub from a unit where the function is unused, while
     // another unit's record carries the real counts.
-    if f.regions.len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
+    if f.regions().len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
         return None;
     }
     let name = f.name_without_prefix(mapping);
@@ -649,8 +649,8 @@ fn count_regions<'m>(
     mcdc_bitmap: Option<&[u8]>,
     files: Option<&[FileName]>,
 ) -> Option<FunctionRecord<'m>> {
-    let mut eval = Evaluator::new(&f.expressions, counts, counts.is_empty());
-    let main_file = main_file_id(f.filenames.len(), &f.regions);
+    let mut eval = Evaluator::new(f.expressions(), counts, counts.is_empty());
+    let main_file = main_file_id(f.filenames.len(), f.regions());
     let named = |files: &[FileName], id: u32| {
         f.filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())
     };
@@ -658,10 +658,10 @@ fn count_regions<'m>(
     // its summary reads its regions in every file.
     let files = files.filter(|files| !main_file.is_some_and(|m| named(files, m)));
     let kept = |r: &Region| files.is_none_or(|files| named(files, r.file_id));
-    let branches = f.regions.iter().filter(|r| r.is_branch() && kept(r)).count();
+    let branches = f.regions().iter().filter(|r| r.is_branch() && kept(r)).count();
     let regions = match files {
-        None => f.regions.len() - branches,
-        Some(_) => f.regions.iter().filter(|r| !r.is_branch() && kept(r)).count(),
+        None => f.regions().len() - branches,
+        Some(_) => f.regions().iter().filter(|r| !r.is_branch() && kept(r)).count(),
     };
     let mut record = FunctionRecord {
         mapping_index,
@@ -674,7 +674,7 @@ fn count_regions<'m>(
         main_file,
     };
     let mut first = true;
-    for r in &f.regions {
+    for r in f.regions() {
         if r.kind == RegionKind::McdcDecision {
             continue;
         }

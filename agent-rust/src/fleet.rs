@@ -286,7 +286,7 @@ impl BuildMapping {
     /// Lines spanned by all regions together: what a report's line walk
     /// costs (a fuzzer bounds it).
     pub fn total_lines(&self) -> u64 {
-        let regions = self.mapping.functions.iter().flat_map(|f| &f.regions);
+        let regions = self.mapping.functions.iter().flat_map(|f| f.regions());
         regions.map(|r| u64::from(r.line_end.saturating_sub(r.line_start)) + 1).sum()
     }
 

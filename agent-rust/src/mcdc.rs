@@ -101,12 +101,12 @@ impl Pending<'_> {
 /// vector ran).
 pub fn records<'m>(f: &'m FunctionMapping, bitmap: &[u8]) -> Vec<McdcRecord<'m>> {
     let mut out = Vec::new();
-    if f.mcdc.is_empty() {
+    if f.mcdc().is_empty() {
         return out;
     }
     let mut pending: Vec<Pending<'m>> = Vec::new();
-    let mut params = f.mcdc.iter().peekable();
-    for (index, region) in f.regions.iter().enumerate() {
+    let mut params = f.mcdc().iter().peekable();
+    for (index, region) in f.regions().iter().enumerate() {
         let kind = match params.peek() {
             Some(p) if p.region as usize == index => params.next().map(|p| p.kind),
             _ => None,
@@ -346,7 +346,7 @@ fn evaluate<'m>(d: &Pending<'m>, bitmap: &[u8]) -> Option<McdcRecord<'m>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mapping::{McdcParameters, Stored};
+    use crate::mapping::{Body, McdcParameters};
 
     fn region(kind: RegionKind, line: u32, col: (u32, u32)) -> Region {
         let counter = if kind == RegionKind::McdcDecision { Counter::Zero } else { Counter::Counter(0) };
@@ -366,11 +366,7 @@ mod tests {
     /// `a && b` at 1:5-1:11 (a at 1:5, b at 1:10), with the decision's and
     /// the conditions' parameters given.
     fn and2(decision: McdcKind, a: McdcKind, b: McdcKind) -> FunctionMapping {
-        FunctionMapping {
-            name: Default::default(),
-            name_ref: 0,
-            hash: 0,
-            filenames: vec![0],
+        FunctionMapping::decoded(Body {
             expressions: Vec::new(),
             regions: vec![
                 region(RegionKind::Code, 1, (1, 20)),
@@ -383,8 +379,7 @@ mod tests {
                 McdcParameters { region: 2, kind: a },
                 McdcParameters { region: 3, kind: b },
             ],
-            stored: Stored::default(),
-        }
+        })
     }
 
     const DECISION: McdcKind = McdcKind::Decision { bitmap_index: 3, num_conditions: 2 };
@@ -428,10 +423,10 @@ mod tests {
         }
         // Parameters that do not match their region's kind are ignored.
         let mut f = and2(DECISION, A, B);
-        f.mcdc[0].kind = A;
+        f.body_mut().mcdc[0].kind = A;
         assert!(records(&f, bitmap).is_empty());
-        f.mcdc.truncate(1);
-        f.mcdc[0].region = 99;
+        f.body_mut().mcdc.truncate(1);
+        f.body_mut().mcdc[0].region = 99;
         assert!(records(&f, bitmap).is_empty());
     }
 

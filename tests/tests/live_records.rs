@@ -133,7 +133,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
         for &i in &changed {
             let f = &mapping.functions[i];
-            let stub = f.regions.len() == 1 && f.regions[0].count == Counter::Zero;
+            let stub = f.regions().len() == 1 && f.regions()[0].count == Counter::Zero;
             for &file in &f.filenames {
                 if stub {
                     live.insert(file, LiveFile::new(&whole, file, sf(&mapping, file), true));

@@ -20,25 +20,25 @@ fn released_regions_are_decoded_again_as_first_decoded() {
         let image = std::fs::read(&path).unwrap();
         let mut mapping = CoverageMapping::new();
         mapping.add_object(&image).unwrap().expect("a coverage mapping");
-        let first: Vec<_> = mapping.functions.iter().map(|f| (f.expressions.clone(), f.regions.clone())).collect();
+        let first: Vec<_> = mapping.functions.iter().map(|f| (f.expressions().to_vec(), f.regions().to_vec())).collect();
         assert!(first.iter().any(|(_, regions)| !regions.is_empty()), "{}", path.display());
         let covfun = CoverageMapping::covfun_range(&image).expect("__llvm_covfun");
 
         mapping.release();
-        assert!(mapping.functions.iter().all(|f| f.regions.is_empty() && f.expressions.is_empty()));
+        assert!(mapping.functions.iter().all(|f| f.regions().is_empty() && f.expressions().is_empty()));
         // Some functions, then all: a restored function is not decoded twice.
         let some: Vec<usize> = (0..mapping.functions.len()).step_by(3).collect();
         mapping.restore(&some, |_| image.get(covfun.clone())).unwrap();
         for (i, f) in mapping.functions.iter().enumerate() {
             if i % 3 != 0 {
-                assert!(f.regions.is_empty(), "{}: function {i} restored unasked", path.display());
+                assert!(f.regions().is_empty(), "{}: function {i} restored unasked", path.display());
             }
         }
         let all: Vec<usize> = (0..mapping.functions.len()).collect();
         mapping.restore(&all, |_| image.get(covfun.clone())).unwrap();
         for (f, (expressions, regions)) in mapping.functions.iter().zip(&first) {
-            assert_eq!(&f.regions, regions, "{}: {}", path.display(), mapping.name(f));
-            assert_eq!(&f.expressions, expressions, "{}: {}", path.display(), mapping.name(f));
+            assert_eq!(f.regions(), &regions[..], "{}: {}", path.display(), mapping.name(f));
+            assert_eq!(f.expressions(), &expressions[..], "{}: {}", path.display(), mapping.name(f));
         }
     }
 }
@@ -67,7 +67,7 @@ fn a_mapping_read_leaving_out_files_is_the_whole_without_their_functions() {
                 m.functions
                     .iter()
                     .filter(|f| f.filenames.iter().any(|&file| !ignore[0].is_match(m.file_name(file))))
-                    .map(|f| (m.name(f).to_owned(), f.hash, f.filenames.iter().map(|&file| m.file_name(file).to_owned()).collect::<Vec<_>>(), f.regions.clone()))
+                    .map(|f| (m.name(f).to_owned(), f.hash, f.filenames.iter().map(|&file| m.file_name(file).to_owned()).collect::<Vec<_>>(), f.regions().to_vec()))
                     .collect()
             };
             let expected = kept(&whole);

@@ -119,7 +119,7 @@ impl Decoded {
             if self.kept_at[i] > 0 {
                 continue;
             }
-            let bytes = decoded_bytes(&mapping.functions[i]);
+            let bytes = mapping.functions[i].body_bytes();
             if self.ran_at[i] == self.dump && self.kept + bytes <= self.budget {
                 self.kept += bytes;
                 self.kept_at[i] = self.dump;
@@ -151,7 +151,7 @@ impl Decoded {
         let mut staying = Vec::new();
         for i in candidates {
             let Some(f) = mapping.functions.get(i) else { continue };
-            if f.regions.is_empty() {
+            if f.regions().is_empty() {
                 continue;
             }
             match self.kept_at[i] {
@@ -162,7 +162,7 @@ impl Decoded {
         }
         earlier.sort_unstable_by(|a, b| b.cmp(a));
         for (_, i) in earlier {
-            let bytes = decoded_bytes(&mapping.functions[i]);
+            let bytes = mapping.functions[i].body_bytes();
             if self.kept + bytes <= self.budget {
                 self.kept += bytes;
                 staying.push(i);
@@ -176,10 +176,6 @@ impl Decoded {
     }
 }
 
-fn decoded_bytes(f: &crate::mapping::FunctionMapping) -> usize {
-    f.regions.capacity() * std::mem::size_of::<crate::mapping::Region>()
-        + f.expressions.capacity() * std::mem::size_of::<crate::mapping::Expression>()
-}
 
 /// A function's identity in the counters: name reference and hash.
 type Key = (u64, u64);
@@ -801,7 +797,7 @@ impl Engine {
                 // Whether llvm-cov loads a zero-region stub depends on its
                 // counts: its files are computed whole again.
                 let f = &self.mapping.functions[i];
-                if f.regions.len() == 1 && f.regions[0].count == crate::mapping::Counter::Zero {
+                if f.regions().len() == 1 && f.regions()[0].count == crate::mapping::Counter::Zero {
                     rebuild.extend(f.filenames.iter().copied());
                 }
             }
