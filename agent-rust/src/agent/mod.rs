@@ -444,15 +444,22 @@ impl Agent {
 
     /// When the agent is to rest, if it has worked since it last did.
     fn rest_due(&self) -> Option<Instant> {
-        let at = self.worked_at.load(Ordering::Acquire).checked_sub(1)?;
+        self.rest_due_after(self.worked_at.load(Ordering::Acquire))
+    }
+
+    fn rest_due_after(&self, worked_at: u64) -> Option<Instant> {
+        let at = worked_at.checked_sub(1)?;
         Some(self.clock + Duration::from_millis(at) + REST_AFTER)
     }
 
     /// Calls `Config::at_rest` once the engine has not worked for
-    /// [`REST_AFTER`] (and not again before it works again).
+    /// [`REST_AFTER`] (and not again before it works again). A dump longer
+    /// than that may be under way: what it gives back is then mapped again
+    /// as the dump goes on, as in the next dump.
     fn rest_if_due(&self) {
-        let (Some(rest), Some(due)) = (self.config.at_rest, self.rest_due()) else { return };
+        let Some(rest) = self.config.at_rest else { return };
         let worked_at = self.worked_at.load(Ordering::Acquire);
+        let Some(due) = self.rest_due_after(worked_at) else { return };
         if Instant::now() >= due
             && self.worked_at.compare_exchange(worked_at, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
