@@ -186,12 +186,13 @@ type Touched = (FileName, lcov::Reach);
 
 /// The functions whose counters changed since the last dump. Those of a
 /// key with one record (most) are merged already: the merge of one record
-/// is its counters as they are (`merged`: the key and where its counts are
+/// is its counters as they are (`merged`: the key, where its counts are,
+/// and the words of its record when they are those counts
 /// in `counts`, one vector for all: hundreds change in a dump). The others
 /// (a key in several modules) by their keys, and per module their records,
 /// decoded again.
 struct Changed {
-    merged: Vec<(u32, std::ops::Range<usize>)>,
+    merged: Vec<(u32, std::ops::Range<usize>, Option<Merged>)>,
     counts: Vec<u64>,
     keys: FxHashSet<Key>,
     records: Vec<Vec<FunctionCounters>>,
@@ -227,7 +228,7 @@ struct Incremental {
     /// in `counts`: one vector for all, not one each in a map. A key whose
     /// number of counts changes (a mismatch of records) has them appended
     /// again; the next whole merge starts a new one.
-    merged: Vec<Option<std::ops::Range<u32>>>,
+    merged: Vec<Merged>,
     counts: Vec<u64>,
     /// The indices of the mapping's functions, by key (then index): the
     /// functions of a key are a run of them (see [`functions_with`]). Flat
@@ -276,7 +277,55 @@ struct Incremental {
 /// decodes again the records that changed.
 struct ModuleRecords {
     records: Vec<Record>,
-    counters: Vec<u8>,
+    /// The records' counter bytes, each record's from a word boundary: the
+    /// merged counts of a key with one record of 64-bit counters (nearly
+    /// every key) are its words here, not a copy (see [`Merged::Record`]).
+    words: Vec<u64>,
+    /// Whether the module's counters are 64-bit counts as they are (not
+    /// single bytes, nor after a timestamp).
+    plain: bool,
+}
+
+/// The bytes of `words`.
+fn bytes_of(words: &[u64]) -> &[u8] {
+    // Safety: the bytes of initialized `u64`s, borrowed with them.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), std::mem::size_of_val(words)) }
+}
+
+/// The bytes of `words`, to write.
+fn bytes_of_mut(words: &mut [u64]) -> &mut [u8] {
+    // Safety: as `bytes_of`; every pattern of 8 bytes is a `u64`.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), std::mem::size_of_val(words)) }
+}
+
+impl ModuleRecords {
+    /// Appends a record's counter `bytes` (from a word boundary); where.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        let at = self.words.len() * 8;
+        self.words.resize(self.words.len() + bytes.len().div_ceil(8), 0);
+        bytes_of_mut(&mut self.words)[at..at + bytes.len()].copy_from_slice(bytes);
+        at
+    }
+
+    /// The merged counts of `record`, when it is its key's only one: its
+    /// words, if the module's counters are plain counts.
+    fn merged(&self, module: usize, record: &Record) -> Option<Merged> {
+        let (at, len) = (record.kept_at / 8, record.span().len() as u32 / 8);
+        (self.plain && record.kept_at % 8 == 0).then(|| Merged::Record { module: module as u32, words: at..at + len })
+    }
+}
+
+/// The merged counts of a key.
+#[derive(Clone, Default)]
+enum Merged {
+    /// The merge found none.
+    #[default]
+    None,
+    /// In `Incremental::counts`.
+    Counts(std::ops::Range<u32>),
+    /// The words of its one record in module `module` (see
+    /// [`ModuleRecords::words`]).
+    Record { module: u32, words: std::ops::Range<u32> },
 }
 
 /// A record of a module: its index there, its key's in `Incremental::keys`,
@@ -309,15 +358,13 @@ impl CounterSource for MergedCounts<'_> {
         let last = self.0;
         let k = last.key_of.get(function).map_or(NO_KEY, |&k| k as usize);
         let merged = last.merged.get(k).filter(|_| last.keys.get(k) == Some(&(name_ref, hash)));
-        let counts = merged.and_then(|m| m.as_ref()).and_then(|r| last.counts.get(r.start as usize..r.end as usize));
-        if let Some(counters) = counts {
+        if let Some(counters) = merged.and_then(|m| last.counts_of(m)) {
             return Lookup::Found { counters, bitmap: &[] };
         }
         let from = last.keys.partition_point(|k| k.0 < name_ref);
         let of_name = &last.keys[from..from + last.keys[from..].partition_point(|k| k.0 == name_ref)];
         if let Some(k) = of_name.iter().position(|k| k.1 == hash) {
-            let counts = last.merged[from + k].as_ref().and_then(|r| last.counts.get(r.start as usize..r.end as usize));
-            if let Some(counters) = counts {
+            if let Some(counters) = last.counts_of(&last.merged[from + k]) {
                 return Lookup::Found { counters, bitmap: &[] };
             }
         }
@@ -363,16 +410,28 @@ impl Incremental {
     /// Sets the merged counts of `keys[k]`.
     fn set_merged(&mut self, k: usize, counts: Option<&[u64]>) {
         let Some(counts) = counts else {
-            self.merged[k] = None;
+            self.merged[k] = Merged::None;
             return;
         };
         match &self.merged[k] {
-            Some(r) if r.len() == counts.len() => self.counts[r.start as usize..r.end as usize].copy_from_slice(counts),
+            Merged::Counts(r) if r.len() == counts.len() => {
+                self.counts[r.start as usize..r.end as usize].copy_from_slice(counts)
+            }
             _ => {
                 let start = self.counts.len() as u32;
                 self.counts.extend_from_slice(counts);
-                self.merged[k] = Some(start..self.counts.len() as u32);
+                self.merged[k] = Merged::Counts(start..self.counts.len() as u32);
             }
+        }
+    }
+
+    /// The counts `merged` stands for.
+    fn counts_of(&self, merged: &Merged) -> Option<&[u64]> {
+        let range = |r: &std::ops::Range<u32>| r.start as usize..r.end as usize;
+        match merged {
+            Merged::None => None,
+            Merged::Counts(r) => self.counts.get(range(r)),
+            Merged::Record { module, words } => self.modules.get(*module as usize)?.words.get(range(words)),
         }
     }
 }
@@ -611,18 +670,18 @@ impl Engine {
         let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
-        for (records, counters) in decoded {
-            let mut kept = ModuleRecords { records: Vec::new(), counters: Vec::new() };
+        for ((records, counters), m) in decoded.into_iter().zip(&self.modules) {
+            let plain = !m.layout.variant.byte_coverage && !m.layout.variant.temporal;
+            let mut kept = ModuleRecords { records: Vec::new(), words: Vec::new(), plain };
             for (j, r, span) in &records {
                 let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
                 let Some(bytes) = counters.get(span.clone()).filter(|_| relevant[k]) else { continue };
                 let at = |n: usize| u32::try_from(n).map_err(|_| too_large());
-                let kept_at = at(kept.counters.len())?;
-                kept.counters.extend_from_slice(bytes);
+                let kept_at = at(kept.push(bytes))?;
                 kept.records.push(Record { index: at(*j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?), kept_at });
             }
             kept.records.shrink_to_fit();
-            kept.counters.shrink_to_fit();
+            kept.words.shrink_to_fit();
             states.push(kept);
             whole.push(records.into_iter().map(|(_, r, _)| r).collect());
         }
@@ -686,7 +745,7 @@ impl Engine {
             let base = self.baseline[i].as_deref();
             for (j, r) in state.records.iter().enumerate() {
                 let span = r.span();
-                let Some(last) = state.counters.get_mut(r.kept()) else { continue };
+                let Some(last) = bytes_of_mut(&mut state.words).get_mut(r.kept()) else { continue };
                 let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
                 // Safety (both): pinned above; spans were decoded from this module.
                 if unsafe { m.counters_are(span.clone(), last, base) } {
@@ -702,7 +761,7 @@ impl Engine {
                     if self.last.shared.binary_search(&r.key).is_err() {
                         let from = changed.counts.len();
                         profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
-                        changed.merged.push((r.key, from..changed.counts.len()));
+                        changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
                         continue;
                     }
                     let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
@@ -725,7 +784,7 @@ impl Engine {
                     if shared_changed.binary_search(&r.key).is_err() || changed_records.binary_search(&(i, j)).is_ok() {
                         continue;
                     }
-                    let Some(bytes) = state.counters.get(r.kept()) else { continue };
+                    let Some(bytes) = bytes_of(&state.words).get(r.kept()) else { continue };
                     let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
                     let counters = profile::decode_counters(&m.layout, bytes, r.index as usize)?;
                     changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
@@ -752,12 +811,24 @@ impl Engine {
         let (changed_functions, mut rebuild): (Vec<usize>, Vec<FileName>) = match &changed {
             None => {
                 last.exact = counters.warnings().is_empty();
-                last.merged = vec![None; last.keys.len()];
+                last.merged = vec![Merged::None; last.keys.len()];
                 last.counts.clear();
-                for k in 0..last.keys.len() {
+                // A key of one record: its words, when the merge found them.
+                let mut single: Vec<Option<Merged>> = vec![None; last.keys.len()];
+                for (i, state) in last.modules.iter().enumerate() {
+                    for r in &state.records {
+                        if last.shared.binary_search(&r.key).is_err() {
+                            single[r.key as usize] = state.merged(i, r);
+                        }
+                    }
+                }
+                for (k, words) in single.into_iter().enumerate() {
                     let (name_ref, hash) = last.keys[k];
                     if let Lookup::Found { counters: c, .. } = counters.lookup(name_ref, hash) {
-                        last.set_merged(k, Some(c));
+                        match words {
+                            Some(words) if last.counts_of(&words) == Some(c) => last.merged[k] = words,
+                            _ => last.set_merged(k, Some(c)),
+                        }
                     }
                 }
                 last.counts.shrink_to_fit();
@@ -765,9 +836,13 @@ impl Engine {
             }
             Some(changed) => {
                 let mut functions = Vec::new();
-                for (k, counts) in &changed.merged {
+                for (k, counts, words) in &changed.merged {
                     let k = *k as usize;
-                    last.set_merged(k, changed.counts.get(counts.clone()));
+                    let counts = changed.counts.get(counts.clone());
+                    match words {
+                        Some(words) if last.counts_of(words) == counts => last.merged[k] = words.clone(),
+                        _ => last.set_merged(k, counts),
+                    }
                     functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                 }
                 for key in &changed.keys {
