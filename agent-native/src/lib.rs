@@ -397,7 +397,7 @@ fn autostart() {
 /// dump), its free scratch memory, and after `whole` work (a first report:
 /// most of the agent's code runs once) the pages of the agent's code it
 /// ran. Not after every dump: a warm dump runs 1.4 MiB of that code on
-/// redis, and mapping it again cost about 0.2 ms a dump. That waits for
+/// redis, and sending its report runs most of it again. That waits for
 /// [`at_rest`].
 fn after_engine_work(whole: bool) {
     allocator::release_kept(false);
