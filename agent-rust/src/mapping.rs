@@ -69,7 +69,8 @@ pub struct FunctionMapping {
     /// Its expressions and regions, `None` while released (see
     /// [`CoverageMapping::release`]): boxed, a released function takes a
     /// word for them in the table of every function of the program, which
-    /// stays from report to report (a third of it on redis, 6290 functions).
+    /// stays from report to report (64 bytes a function, 144 with the
+    /// three vectors inline; redis has 6290 functions).
     body: Option<Box<Body>>,
     /// Where its body was decoded from.
     pub stored: Stored,

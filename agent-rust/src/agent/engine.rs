@@ -176,7 +176,6 @@ impl Decoded {
     }
 }
 
-
 /// A function's identity in the counters: name reference and hash.
 type Key = (u64, u64);
 
@@ -186,9 +185,9 @@ type Touched = (FileName, lcov::Reach);
 
 /// The functions whose counters changed since the last dump. Those of a
 /// key with one record (most) are merged already: the merge of one record
-/// is its counters as they are (`merged`: the key, where its counts are,
-/// and the words of its record when they are those counts
-/// in `counts`, one vector for all: hundreds change in a dump). The others
+/// is its counters as they are (`merged`: the key, where its counts are in
+/// `counts`, one vector for all: hundreds change in a dump, and the words
+/// of its record when they are those counts). The others
 /// (a key in several modules) by their keys, and per module their records,
 /// decoded again.
 struct Changed {
@@ -224,10 +223,10 @@ struct Incremental {
     /// The keys of the modules' records, sorted, once each: the hashes
     /// each name reference has.
     keys: Vec<Key>,
-    /// The merged counts of each of `keys` (`None`: the merge found none),
-    /// in `counts`: one vector for all, not one each in a map. A key whose
+    /// The merged counts of each of `keys`: its record's words, or in
+    /// `counts`, one vector for all, not one each in a map. A key whose
     /// number of counts changes (a mismatch of records) has them appended
-    /// again; the next whole merge starts a new one.
+    /// again there; the next whole merge starts a new one.
     merged: Vec<Merged>,
     counts: Vec<u64>,
     /// The indices of the mapping's functions, by key (then index): the
@@ -311,7 +310,7 @@ impl ModuleRecords {
     /// words, if the module's counters are plain counts.
     fn merged(&self, module: usize, record: &Record) -> Option<Merged> {
         let (at, len) = (record.kept_at / 8, record.span().len() as u32 / 8);
-        (self.plain && record.kept_at % 8 == 0).then(|| Merged::Record { module: module as u32, words: at..at + len })
+        self.plain.then(|| Merged::Record { module: module as u32, words: at..at + len })
     }
 }
 

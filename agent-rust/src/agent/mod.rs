@@ -292,7 +292,8 @@ impl Agent {
             let mut next_flush = self.config.flush_every.map(|every| Instant::now() + every);
             loop {
                 let until = |at: Instant| at.saturating_duration_since(Instant::now());
-                let timeout = match (next_flush.map(until), self.rest_due().map(until)) {
+                let rest_due = self.rest_due(self.worked_at.load(Ordering::Acquire));
+                let timeout = match (next_flush.map(until), rest_due.map(until)) {
                     (Some(flush), Some(rest)) => Some(flush.min(rest)),
                     (flush, rest) => flush.or(rest),
                 };
@@ -442,12 +443,9 @@ impl Agent {
         }
     }
 
-    /// When the agent is to rest, if it has worked since it last did.
-    fn rest_due(&self) -> Option<Instant> {
-        self.rest_due_after(self.worked_at.load(Ordering::Acquire))
-    }
-
-    fn rest_due_after(&self, worked_at: u64) -> Option<Instant> {
+    /// When the agent is to rest, if it has worked since it last did
+    /// (`worked_at` as read from [`Agent::worked_at`]).
+    fn rest_due(&self, worked_at: u64) -> Option<Instant> {
         let at = worked_at.checked_sub(1)?;
         Some(self.clock + Duration::from_millis(at) + REST_AFTER)
     }
@@ -459,7 +457,7 @@ impl Agent {
     fn rest_if_due(&self) {
         let Some(rest) = self.config.at_rest else { return };
         let worked_at = self.worked_at.load(Ordering::Acquire);
-        let Some(due) = self.rest_due_after(worked_at) else { return };
+        let Some(due) = self.rest_due(worked_at) else { return };
         if Instant::now() >= due
             && self.worked_at.compare_exchange(worked_at, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
