@@ -288,6 +288,7 @@ mod tests {
     /// their bytes (the crate's global allocator is this one).
     #[test]
     fn blocks_keep_their_bytes_across_the_threshold() {
+        let _serial = crate::tests::serial();
         let pattern = |n: usize| (0..n).map(|i| (i * 7 + i / 251) as u8).collect::<Vec<u8>>();
         let mut v: Vec<u8> = Vec::new();
         for size in [100, LARGE - 1, LARGE, LARGE + 1, 5 * LARGE + 3, 40 * LARGE, LARGE + 10, LARGE - 10, 3] {

@@ -418,6 +418,14 @@ fn at_rest() {
 mod tests {
     use super::*;
 
+    /// Held by each test of the crate: scratch memory, while one test has
+    /// it on, serves every thread's small blocks, and a block whose chunk
+    /// another thread is cutting falls back to `malloc`.
+    pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+        static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn last_error() -> String {
         // Safety: a NUL-terminated string of this thread.
         unsafe { CStr::from_ptr(livecov_last_error()) }.to_string_lossy().into_owned()
@@ -425,6 +433,7 @@ mod tests {
 
     #[test]
     fn a_panic_is_a_status_and_a_message() {
+        let _serial = serial();
         assert_eq!(guard(|| panic!("boom")), status::INTERNAL);
         assert!(last_error().contains("internal error: boom"), "{}", last_error());
         assert_eq!(guard(|| Ok(())), status::OK);
@@ -433,6 +442,7 @@ mod tests {
 
     #[test]
     fn status_names_match_the_header() {
+        let _serial = serial();
         let header = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/livecov.h")).unwrap();
         for code in 0..=status::INTERNAL {
             // Safety: static strings.
@@ -445,6 +455,7 @@ mod tests {
 
     #[test]
     fn the_version_is_the_crate_version() {
+        let _serial = serial();
         // Safety: a static string.
         let v = unsafe { CStr::from_ptr(livecov_version()) }.to_str().unwrap();
         assert_eq!(v, env!("CARGO_PKG_VERSION"));

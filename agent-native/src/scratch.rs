@@ -203,6 +203,7 @@ mod tests {
     /// zeroed in a chunk used before; the free chunks' pages go back.
     #[test]
     fn blocks_keep_their_bytes_and_free_chunks_go_back() {
+        let _serial = crate::tests::serial();
         for round in 0..2 {
             set(true);
             let mut blocks: Vec<Vec<u32>> = Vec::new();
