@@ -48,7 +48,7 @@ mod wait;
 
 pub use builder::without_outer_cargo;
 pub use cli::livecov_bin;
-pub use oracle::{merge_profdata, oracle_lcov, profdata_tool};
+pub use oracle::{merge_profdata, oracle_lcov, profdata_tool, regex_escape, rust_agent_oracle};
 pub use tools::{llvm_tool, run_checked, workspace_root};
 pub use wait::wait_for;
 

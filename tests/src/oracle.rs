@@ -69,3 +69,32 @@ pub fn oracle_lcov(fixture: &Fixture, run: &Run, extra_args: &[&str]) -> String 
     let _ = std::fs::remove_file(&profdata);
     String::from_utf8(output.stdout).unwrap_or_else(|_| panic!("{what} printed non-UTF-8 LCOV"))
 }
+
+/// `llvm-cov export -format=FORMAT BINARY [-object OBJ]...` (LLVM 22) over
+/// `profraws` merged in `dir`, leaving out what the Rust agent leaves out
+/// by default (its `DEFAULT_IGNORE`, and its own sources): what a program
+/// built with the agent crate must answer for the same moment.
+pub fn rust_agent_oracle(format: &str, binary: &Path, objects: &[&Path], profraws: &[PathBuf], dir: &Path) -> String {
+    let profdata = dir.join("merged.profdata");
+    let mut merge = Command::new(llvm_tool("llvm-profdata"));
+    merge.arg("merge").args(profraws).arg("-o").arg(&profdata);
+    run_checked(&mut merge, "llvm-profdata merge");
+    let mut command = Command::new(llvm_tool("llvm-cov"));
+    command.arg("export").arg(format!("-format={format}")).arg(binary);
+    for o in objects {
+        command.arg("-object").arg(o);
+    }
+    let own = format!("{}/", crate::workspace_root().join("agent-rust/src").display());
+    command
+        .arg("-instr-profile")
+        .arg(&profdata)
+        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE))
+        .arg(format!("-ignore-filename-regex={}", regex_escape(&own)));
+    let output = run_checked(&mut command, "llvm-cov export");
+    String::from_utf8(output.stdout).expect("llvm-cov printed non-UTF-8")
+}
+
+/// `s` as a regular expression that matches it literally.
+pub fn regex_escape(s: &str) -> String {
+    s.chars().map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
+}

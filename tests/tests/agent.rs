@@ -14,7 +14,7 @@ use std::time::Duration;
 use livecov_tests::http::{parse_response, unix_request};
 use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::{plugin, service_bin, Service};
-use livecov_tests::{llvm_tool, workspace_root};
+use livecov_tests::{regex_escape, rust_agent_oracle, workspace_root};
 
 // ---------------------------------------------------------------- running
 
@@ -43,37 +43,7 @@ fn function_count(lcov: &str, suffix: &str, function: &str) -> u64 {
 /// The LCOV llvm-cov 22 computes from raw profiles of the service, filtered
 /// as the agent filters.
 fn llvm_cov_lcov(profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
-    llvm_cov_export("lcov", profraws, objects, dir)
-}
-
-/// `llvm-cov export -format=FORMAT` over `profraws`, with the agent's filters.
-fn llvm_cov_export(format: &str, profraws: &[PathBuf], objects: &[&Path], dir: &Path) -> String {
-    let profdata = dir.join("merged.profdata");
-    let status = Command::new(llvm_tool("llvm-profdata"))
-        .arg("merge")
-        .args(profraws)
-        .arg("-o")
-        .arg(&profdata)
-        .status()
-        .expect("run llvm-profdata");
-    assert!(status.success(), "llvm-profdata merge failed");
-    let mut cmd = Command::new(llvm_tool("llvm-cov"));
-    cmd.arg("export").arg(format!("-format={format}")).arg(service_bin());
-    for o in objects {
-        cmd.arg("-object").arg(o);
-    }
-    let own = format!("{}/", workspace_root().join("agent-rust/src").display());
-    cmd.arg("-instr-profile")
-        .arg(&profdata)
-        .arg(format!("-ignore-filename-regex={}", livecov::agent::DEFAULT_IGNORE))
-        .arg(format!("-ignore-filename-regex={}", regex_escape(&own)));
-    let out = cmd.output().expect("run llvm-cov");
-    assert!(out.status.success(), "llvm-cov export failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars().map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
+    rust_agent_oracle("lcov", service_bin(), objects, profraws, dir)
 }
 
 // ---------------------------------------------------------------- tests
@@ -153,7 +123,7 @@ fn llvm_json_is_llvm_cov_s_export_of_the_same_moment() {
     // llvm-cov lists every function; the agent leaves out those with no
     // file in its report (its own code, the standard library's).
     let mut expected: serde_json::Value =
-        serde_json::from_str(&llvm_cov_export("text", &[path], &[plugin()], &s.dir)).expect("llvm-cov's JSON");
+        serde_json::from_str(&rust_agent_oracle("text", service_bin(), &[plugin()], &[path], &s.dir)).expect("llvm-cov's JSON");
     let ignored = [regex::Regex::new(livecov::agent::DEFAULT_IGNORE).unwrap(), regex::Regex::new(&regex_escape(&format!("{}/", workspace_root().join("agent-rust/src").display()))).unwrap()];
     let functions = expected["data"][0]["functions"].as_array_mut().expect("functions");
     let before = functions.len();
