@@ -76,8 +76,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$((20000 + RANDOM % 30000))
-while ss -Htan | awk '{ print $4 }' | grep -q ":$port\$"; do port=$((20000 + RANDOM % 30000)); done
+port=$(free_port)
 # start_server WITH_AGENT: one redis-server, its pid in $server_pid.
 start_server() {
     local env=(env LLVM_PROFILE_FILE="$work/server-%p.profraw")

@@ -52,6 +52,12 @@ p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i
 now_ns() { date +%s%N; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
+# free_port: a TCP port nothing on this machine listens on or uses.
+free_port() {
+    local port=$((20000 + RANDOM % 30000))
+    while ss -Htan | awk '{ print $4 }' | grep -q ":$port\$"; do port=$((20000 + RANDOM % 30000)); done
+    echo "$port"
+}
 wait_for() {
     local n=$1
     shift

@@ -9,7 +9,11 @@
 #   a thread recomputes a status with the handlers every tick; wrk sends
 #   requests (/fib, /hello, /primes in turn) during the first dumps;
 # - fixtures/large `serve --tick-ms` (BENCH_RUST_BUSY_LARGE_TICK_MS, default
-#   200): bench.sh's workload, then its commands again, one a tick.
+#   200): bench.sh's workload, then its commands again, one a tick;
+# - mini-redis 0.4.1 from crates.io (tokio's example server; nobody here
+#   wrote it), built with the Cargo.lock it is published with, the agent
+#   added as the tests add it: redis-benchmark sends SET with a 5 ms expiry
+#   and GET, and the server's own task purges the expired keys.
 #
 # For each, one table:
 # 1. Dumps: BENCH_RUST_BUSY_DUMPS (default 60) `GET /coverage` over the
@@ -57,7 +61,7 @@ rounds=${BENCH_RUST_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-rust-busy: $*" >&2; }
 die() { log "$*"; exit 1; }
-install_tools curl=curl wrk=wrk objdump=binutils flock=util-linux
+install_tools curl=curl wrk=wrk objdump=binutils flock=util-linux redis-benchmark=redis-tools ss=iproute2
 log "load average before the runs: $(load) on $(nproc) CPUs"
 
 # --- builds --------------------------------------------------------------------
@@ -110,6 +114,28 @@ fixture service
     CARGO_TARGET_DIR="$fixture_target" cargo build --quiet "${locked[@]}" --target "$host" </dev/null) ||
     die "the build of fixtures/service failed"
 flock "$fixture_target/.lock" cp "$fixture_target/$host/debug/service" "$work/service"
+
+# mini-redis: its sources as cargo fetches them, `livecov::start()` before
+# the first line of its main, built as the fixtures are (dependencies
+# optimized, as docs/agent.md advises for coverage builds).
+mini_redis=mini-redis-0.4.1
+log "building $mini_redis from crates.io with the agent and -C instrument-coverage ($label)"
+mkdir -p "$work/fetch/src"
+printf '[package]\nname = "fetch"\nversion = "0.0.0"\nedition = "2021"\n\n[workspace]\n\n[dependencies]\nmini-redis = "=0.4.1"\n' \
+    >"$work/fetch/Cargo.toml"
+: >"$work/fetch/src/lib.rs"
+(cd "$work/fetch" && "${clean_env[@]}" cargo fetch --quiet </dev/null) || die "cargo could not fetch $mini_redis"
+fetched=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/"$mini_redis" | head -1)
+[ -f "$fetched/Cargo.lock" ] || die "no $mini_redis with its Cargo.lock in cargo's registry cache"
+rm -rf "$work/$mini_redis"
+cp -r "$fetched" "$work/$mini_redis"
+printf '\n[workspace]\n\n[dependencies.livecov]\npath = "%s"\n' "$src/agent-rust" >>"$work/$mini_redis/Cargo.toml"
+sed -i 's|^    tracing_subscriber::fmt::try_init()?;$|    livecov::start();\n&|' "$work/$mini_redis/src/bin/server.rs"
+grep -q 'livecov::start();' "$work/$mini_redis/src/bin/server.rs" || die "$mini_redis: its main changed"
+(cd "$work/$mini_redis" && "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" CARGO_TARGET_DIR="$root/target/bench-mini-redis" \
+    cargo build --quiet --bin mini-redis-server --target "$host" "${optimized_dependencies[@]}" </dev/null) ||
+    die "the build of $mini_redis failed"
+cp "$root/target/bench-mini-redis/$host/debug/mini-redis-server" "$work/mini-redis-server"
 
 # What the agent leaves out, for llvm-cov: its default ignore pattern (as the
 # built agent prints it, below) and its own sources and packages (as
@@ -457,3 +483,75 @@ printf "%-66s %10.1f %10.1f\n" "with the agent, no dumps" "$(median <"$work/rps_
 printf "%-66s %10.1f %10.1f\n" "$(printf "with a dump every 100 ms (%d dumps: p50 %.2f ms, p95 %.2f ms)" "$(wc -l <"$work/t_loop")" \
     "$(median <"$work/t_loop")" "$(p95 <"$work/t_loop")")" "$(median <"$work/rps_dumps")" "$(median <"$work/cpu_req_dumps")"
 echo "   per round, req/s without: $(paste -sd' ' "$work/rps_none"); with dumps: $(paste -sd' ' "$work/rps_dumps")"
+
+# --- mini-redis -------------------------------------------------------------------
+# start_mini_redis NAME yes|no: the server, with the agent or not (LIVECOV_DIR
+# unset). Sets mr_pid, mr_port, mr_sock.
+start_mini_redis() {
+    local dir="$work/mini-redis-$1" env=(LLVM_PROFILE_FILE="$work/mini-redis-$1/exit-%p.profraw")
+    [ "$2" = yes ] && env+=(LIVECOV_DIR="$dir/cov" LIVECOV_DEMANGLE=0)
+    mkdir -p "$dir"
+    mr_port=$(free_port)
+    "${clean_env[@]}" "${env[@]}" "$work/mini-redis-server" --port "$mr_port" >"$dir/stdout" 2>"$dir/stderr" </dev/null &
+    mr_pid=$!
+    pids+=("$mr_pid")
+    wait_for 300 eval "(: >/dev/tcp/127.0.0.1/$mr_port) 2>/dev/null" || die "mini-redis did not start ($dir/stderr)"
+    [ "$2" = yes ] || return 0
+    wait_for 100 eval "ls '$dir'/cov/sockets/rust-$mr_pid-*.sock >/dev/null 2>&1" || die "no agent socket"
+    mr_sock=$(ls "$dir"/cov/sockets/rust-"$mr_pid"-*.sock)
+}
+# SETs that expire in 5 ms, and GETs of the same keys, until end_mr_traffic.
+mr_traffic() {
+    redis-benchmark -p "$mr_port" -q -l -c 2 -r 1000 SET 'key:__rand_int__' v PX 5 >/dev/null 2>&1 &
+    mr_set=$!
+    redis-benchmark -p "$mr_port" -q -l -c 2 -r 1000 GET 'key:__rand_int__' >/dev/null 2>&1 &
+    mr_get=$!
+    pids+=("$mr_set" "$mr_get")
+}
+end_mr_traffic() {
+    kill "$mr_set" "$mr_get" 2>/dev/null || true
+    wait "$mr_set" "$mr_get" 2>/dev/null || true
+    forget "$mr_set"
+    forget "$mr_get"
+}
+
+log "$mini_redis without the agent (its memory under traffic)"
+start_mini_redis none no
+mr_traffic
+sleep 3
+rss_none=$(rss_kib "$mr_pid")
+end_mr_traffic
+kill "$mr_pid"
+stop "$mr_pid"
+log "$mini_redis with the agent, redis-benchmark sending SET PX 5 and GET"
+start_mini_redis agent yes
+mr_traffic
+sleep 1
+rss_agent=$(rss_kib "$mr_pid")
+t_cold=$(dump "$mr_sock" "$work/cold.lcov")
+rss_1=$(rss_kib "$mr_pid")
+measure_dumps "$mr_pid" "$mr_sock" busy
+end_mr_traffic
+log "the peer: the server quiet (no traffic, the last keys expired)"
+sleep 0.5
+peer "$mr_sock" "$work/mini-redis-server"
+kill "$mr_pid"
+stop "$mr_pid"
+mr_reported=$(grep -c '^SF:' "$work/held.lcov")
+p50=$(median <"$work/t_busy")
+
+echo
+echo "busy Rust program 3: $mini_redis from crates.io (nobody here wrote it), its Cargo.lock as published, the agent added"
+echo "(livecov::start() in main), $label, LIVECOV_DEMANGLE=0; redis-benchmark -c 2 SET key PX 5 and -c 2 GET, the server's"
+echo "task purging expired keys; its report: $mr_reported files; dumps ${gap_ms} ms apart, curl time_total over the Unix socket;"
+echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the same snapshot, median of $runs;"
+echo "load after: $(load) on $(nproc) CPUs"
+printf "%-66s %10s %10s\n" "what" "p50" "p95"
+row "dump under traffic, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
+row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
+row1 "first dump (cold), ms" "$t_cold"
+row1 "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm"
+row1 "(the agent's ?format=profraw, not in the LLVM time), ms" "$t_profraw"
+ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
+echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+memory_table "$work/mini-redis-server" "without the agent (LIVECOV_DIR unset), traffic running"
