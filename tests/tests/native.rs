@@ -884,7 +884,7 @@ fn the_header_is_plain_c_and_cpp() {
 
 #[test]
 fn only_the_c_api_is_exported_and_the_library_is_small() {
-    use object::{Object, ObjectSymbol};
+    use object::{Object, ObjectSection, ObjectSymbol};
     let so = &shim().so;
     let bytes = std::fs::read(so).expect("read liblivecov.so");
     let file = object::File::parse(&*bytes).expect("an ELF file");
@@ -910,6 +910,12 @@ fn only_the_c_api_is_exported_and_the_library_is_small() {
     eprintln!("liblivecov.so: {size} bytes ({:.2} MiB)", size as f64 / (1024.0 * 1024.0));
     assert!(size < 4 << 20, "liblivecov.so grew to {size} bytes");
     assert!(file.section_by_name(".symtab").is_none(), "liblivecov.so is not stripped");
+    // The code a warm dump never runs is apart (agent-native/cold-code.ld):
+    // a third of the code or more, unless its patterns stopped matching.
+    let size_of = |name: &str| file.section_by_name(name).map_or(0, |s| s.size());
+    let (text, cold) = (size_of(".text"), size_of(".text.cold"));
+    eprintln!("liblivecov.so: .text {text} bytes, .text.cold {cold} bytes");
+    assert!(cold * 2 > text, "cold-code.ld set apart {cold} bytes of code, against {text} in .text");
 }
 
 /// The resident and mapped KiB of the code segments (`r-xp`) of `so` in
