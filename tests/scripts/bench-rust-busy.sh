@@ -262,6 +262,15 @@ peer() {
 
 # The table's rows.
 row() { printf "%-66s %10.2f %10.2f\n" "$1" "$2" "$3"; }
+# peer_rows: the first dump, and the peer's time (see `peer`).
+peer_rows() {
+    row1 "first dump (cold), ms" "$t_cold"
+    row1 "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm"
+    row1 "(the agent's ?format=profraw, not in the LLVM time), ms" "$t_profraw"
+}
+same_moment_line() {
+    echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+}
 row1() { printf "%-66s %10.2f %10s\n" "$1" "$2" "-"; }
 ratio() { awk -v label="$1" -v l="$2" -v d="$3" 'BEGIN { printf "%-66s %9.1fx %10s\n", label, l / d, "-" }'; }
 # mem_row LABEL RSS/ANON [BASE_RSS/BASE_ANON]: MiB, or the MiB added to BASE.
@@ -343,11 +352,9 @@ echo "over the same snapshot, median of $runs; load after: $(load) on $(nproc) C
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump with the ticker running, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
 row1 "agent CPU per dump (mean, schedstat of livecov* threads), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
-row1 "first dump (cold), ms" "$t_cold"
-row1 "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm"
-row1 "(the agent's ?format=profraw, not in the LLVM time), ms" "$t_profraw"
+peer_rows
 ratio "ratio: peer / dump with the ticker (p50)" "$t_llvm" "$p50"
-echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+same_moment_line
 memory_table "$work/large" "without the agent (LIVECOV_DIR unset), ticker running"
 
 # --- fixtures/service ------------------------------------------------------------------
@@ -470,12 +477,10 @@ row "dump under traffic, ticker running, ms ($dumps)" "$p50" "$(p95 <"$work/t_bu
 row "dump with the ticker only, ms ($dumps)" "$p50_ticker" "$(p95 <"$work/t_ticker")"
 row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
 row1 "agent CPU per dump with the ticker only (mean), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_ticker")"
-row1 "first dump (cold), ms" "$t_cold"
-row1 "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm"
-row1 "(the agent's ?format=profraw, not in the LLVM time), ms" "$t_profraw"
+peer_rows
 ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
 ratio "ratio: peer / dump with the ticker only (p50)" "$t_llvm" "$p50_ticker"
-echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+same_moment_line
 memory_table "$work/service" "without the agent (LIVECOV_DIR unset), ticker and traffic running"
 echo
 printf "%-66s %10s %11s\n" "throughput, wrk -t1 -c4 ${load_secs} s, ticker running, median of $rounds" "req/s" "CPU µs/req"
@@ -549,9 +554,7 @@ echo "load after: $(load) on $(nproc) CPUs"
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump under traffic, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
 row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
-row1 "first dump (cold), ms" "$t_cold"
-row1 "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm"
-row1 "(the agent's ?format=profraw, not in the LLVM time), ms" "$t_profraw"
+peer_rows
 ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
-echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
+same_moment_line
 memory_table "$work/mini-redis-server" "without the agent (LIVECOV_DIR unset), traffic running"

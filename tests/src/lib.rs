@@ -53,7 +53,19 @@ pub use tools::{llvm_tool, run_checked, workspace_root};
 pub use wait::wait_for;
 
 use std::path::PathBuf;
+use std::process::Child;
 use std::sync::OnceLock;
+
+/// A child process killed (and waited for) when dropped: a server a test
+/// starts ends with the test, also when it fails.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// The compiler a fixture is built with; it decides the coverage mapping
 /// version and which `llvm-profdata` reads its raw profiles.

@@ -21,7 +21,7 @@ use livecov_tests::http::{connect_unix, exchange, parse_response, unix_request, 
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::service::{find_instance, Service};
 use replicas::scratch;
-use livecov_tests::{livecov_bin, run_checked, wait_for};
+use livecov_tests::{livecov_bin, run_checked, wait_for, Killed};
 
 const GROUP: &str = "go";
 
@@ -672,12 +672,3 @@ fn a_sidecar_merges_go_processes_with_rust_and_node_ones() {
     rust.kill();
 }
 
-/// A child process killed when dropped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}

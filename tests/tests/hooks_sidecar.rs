@@ -7,11 +7,11 @@ mod replicas;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 
 use livecov_tests::lcov::lines_hit;
 use livecov_tests::service::{service_bin, Service};
-use livecov_tests::{node, python};
+use livecov_tests::{node, python, Killed};
 use replicas::*;
 
 #[test]
@@ -139,15 +139,6 @@ impl Pod {
     }
 }
 
-/// A child process ended when the test ends, also when it fails.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A coverage directory deeper than a Unix socket address holds (107
 /// bytes): every agent and hook still listens, and `livecov collect`

@@ -9,14 +9,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use livecov_tests::http::unix_request;
 use livecov_tests::service::scratch;
-use livecov_tests::{run_checked, rust_agent_oracle, wait_for, without_outer_cargo, workspace_root};
+use livecov_tests::{run_checked, rust_agent_oracle, wait_for, without_outer_cargo, workspace_root, Killed};
 
 const CRATE: &str = "mini-redis";
 const VERSION: &str = "0.4.1";
@@ -119,14 +119,6 @@ fn count(lcov: &str, name: &str) -> u64 {
 const SET: &str = "2Db3set";
 const PURGE: &str = "6Shared18purge_expired_keys";
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_crates_io_service_dumps_under_traffic_and_its_quiet_dump_is_llvm_cov_s_report() {
@@ -134,7 +126,7 @@ fn a_crates_io_service_dumps_under_traffic_and_its_quiet_dump_is_llvm_cov_s_repo
     let bin = build(&dir);
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let cov = dir.join("cov");
-    let server = Server(
+    let server = Killed(
         Command::new(&bin)
             .args(["--port", &port.to_string()])
             .env("LIVECOV_DIR", &cov)
