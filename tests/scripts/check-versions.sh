@@ -6,7 +6,9 @@
 # - the workspace the same way: the CLI built and unit-tested, liblivecov
 #   and the tests crate built;
 # - the agent and the CLI with the oldest Rust they declare (rust-version),
-#   over the minimal versions and over the newest versions that Rust supports.
+#   over the minimal versions and over the newest versions that Rust supports;
+#   liblivecov built and linked with it (before Rust 1.90, by `cc` with GNU
+#   ld, not rust-lld).
 # Resolutions are MSRV-aware (incompatible-rust-versions = fallback): the
 # packages livecov does not name are the newest that support its
 # rust-version, as cargo picks them for a user on that Rust.
@@ -123,11 +125,13 @@ step native-tests-minimal-build "$ws" env CARGO_TARGET_DIR="$scratch/target-mini
 # The newest versions that support rust-version, as a user on that Rust
 # resolves them.
 latest=$scratch/latest
-copy "$latest" agent-rust sidecar
+copy "$latest" agent-rust agent-native sidecar
 cp "$root/Cargo.lock" "$latest/"
 step latest-resolve "$latest" cargo update
 step latest-msrv "$latest" env CARGO_TARGET_DIR="$scratch/target-msrv" \
     cargo "+$msrv" check -p livecov --all-targets
+step latest-msrv-native "$latest" env CARGO_TARGET_DIR="$scratch/target-msrv-native" \
+    cargo "+$msrv" build -p livecov-native --profile release-native
 step latest-msrv-cli "$latest" env CARGO_TARGET_DIR="$scratch/target-msrv-cli" \
     cargo "+$msrv_cli" check -p livecov-cli --all-targets
 
