@@ -406,8 +406,13 @@ impl Incremental {
         self.key_functions.get(at(k)..at(k + 1)).unwrap_or_default()
     }
 
-    /// Sets the merged counts of `keys[k]`.
-    fn set_merged(&mut self, k: usize, counts: Option<&[u64]>) {
+    /// Sets the merged counts of `keys[k]`: the words of its one `record`
+    /// when they are those counts, a copy in `counts` otherwise.
+    fn set_merged(&mut self, k: usize, counts: Option<&[u64]>, record: Option<&Merged>) {
+        if let Some(words) = record.filter(|words| self.counts_of(words) == counts) {
+            self.merged[k] = words.clone();
+            return;
+        }
         let Some(counts) = counts else {
             self.merged[k] = Merged::None;
             return;
@@ -824,10 +829,7 @@ impl Engine {
                 for (k, words) in single.into_iter().enumerate() {
                     let (name_ref, hash) = last.keys[k];
                     if let Lookup::Found { counters: c, .. } = counters.lookup(name_ref, hash) {
-                        match words {
-                            Some(words) if last.counts_of(&words) == Some(c) => last.merged[k] = words,
-                            _ => last.set_merged(k, Some(c)),
-                        }
+                        last.set_merged(k, Some(c), words.as_ref());
                     }
                 }
                 last.counts.shrink_to_fit();
@@ -837,19 +839,15 @@ impl Engine {
                 let mut functions = Vec::new();
                 for (k, counts, words) in &changed.merged {
                     let k = *k as usize;
-                    let counts = changed.counts.get(counts.clone());
-                    match words {
-                        Some(words) if last.counts_of(words) == counts => last.merged[k] = words.clone(),
-                        _ => last.set_merged(k, counts),
-                    }
+                    last.set_merged(k, changed.counts.get(counts.clone()), words.as_ref());
                     functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                 }
                 for key in &changed.keys {
                     // A changed key is a record's: it is in `keys`.
                     if let Ok(k) = last.keys.binary_search(key) {
                         match counters.lookup(key.0, key.1) {
-                            Lookup::Found { counters: c, .. } => last.set_merged(k, Some(c)),
-                            _ => last.set_merged(k, None),
+                            Lookup::Found { counters: c, .. } => last.set_merged(k, Some(c), None),
+                            _ => last.set_merged(k, None, None),
                         }
                         functions.extend(last.functions_of_key(k).iter().map(|&i| i as usize));
                     }
