@@ -468,8 +468,9 @@ fn api_dumps_with_test_names_and_resets() {
 // ---------------------------------------------------------------- LD_PRELOAD
 
 /// The same program, not linked with livecov, run under LD_PRELOAD: live
-/// dumps over the socket equal llvm-cov over the `?format=profraw` of the
-/// same moment; SIGTERM leaves the last dump as final report and the
+/// dumps over the socket (the first, a record computed whole again, and
+/// updated) equal llvm-cov over the `?format=profraw` of the same moment;
+/// SIGTERM leaves the last dump as final report and the
 /// signal as exit status.
 fn preloaded_serving(toolchain: Toolchain) {
     let b = built(toolchain);
@@ -485,8 +486,13 @@ fn preloaded_serving(toolchain: Toolchain) {
     assert_same_lcov(&live, &expected, &format!("{toolchain:?} preloaded dump"));
     assert_eq!(function_count(&live, "work.c", "work_fib"), 1);
 
+    // The first dump parked work.c's record, the second computed it whole
+    // again, in parts: this one updates those parts.
     s.send("primes 50");
     let last = s.lcov();
+    let profraw = s.profraw("later.profraw");
+    let expected = llvm_cov(toolchain, &b.app, &[], &[profraw], &s.dir);
+    assert_same_lcov(&last, &expected, &format!("{toolchain:?} preloaded dump, updated"));
     assert_eq!(function_count(&last, "work.c", "work_count_primes"), 1);
     // Safety: signalling our own child.
     unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
