@@ -671,4 +671,3 @@ fn a_sidecar_merges_go_processes_with_rust_and_node_ones() {
     drop((first, node));
     rust.kill();
 }
-

@@ -139,7 +139,6 @@ impl Pod {
     }
 }
 
-
 /// A coverage directory deeper than a Unix socket address holds (107
 /// bytes): every agent and hook still listens, and `livecov collect`
 /// reaches them all.

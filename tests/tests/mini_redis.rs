@@ -119,7 +119,6 @@ fn count(lcov: &str, name: &str) -> u64 {
 const SET: &str = "2Db3set";
 const PURGE: &str = "6Shared18purge_expired_keys";
 
-
 #[test]
 fn a_crates_io_service_dumps_under_traffic_and_its_quiet_dump_is_llvm_cov_s_report() {
     let dir = scratch("mini_redis", "server");
