@@ -36,7 +36,7 @@ use std::sync::Arc;
 
 use md5::{Digest, Md5};
 use rustc_hash::FxHashSet;
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::coverage::Coverage;
 use crate::error::{Error, Result};

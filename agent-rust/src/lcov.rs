@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use regex::Regex;
+use regex_lite::Regex;
 
 use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion};
 use crate::mapping::FileName;

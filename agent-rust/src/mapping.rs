@@ -51,7 +51,7 @@ pub struct CoverageMapping {
     released: bool,
     /// Files whose functions are not read (see [`leaving_out`](Self::leaving_out)),
     /// and per file of `files`, whether they match.
-    leave_out: Vec<regex::Regex>,
+    leave_out: Vec<regex_lite::Regex>,
     left_out: Vec<bool>,
 }
 
@@ -257,7 +257,7 @@ impl CoverageMapping {
     /// (the standard library's, a dependency's, what LIVECOV_IGNORE
     /// matches), and they are most of a Rust service's mapping. Reading
     /// them all first would make a peak of memory that the process keeps.
-    pub fn leaving_out(self, ignore: &[regex::Regex]) -> Self {
+    pub fn leaving_out(self, ignore: &[regex_lite::Regex]) -> Self {
         CoverageMapping { leave_out: ignore.to_vec(), ..self }
     }
 

@@ -107,7 +107,7 @@ pub fn run(args: Args) -> Result<()> {
         ignore_filename_regex: args
             .ignore_filename_regex
             .iter()
-            .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
+            .map(|re| regex_lite::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
             .collect::<Result<_>>()?,
         no_demangle: args.no_demangle,
         skip_functions: args.skip_functions,
@@ -177,7 +177,7 @@ fn convert_go(dir: &Path, args: &Args) -> Result<()> {
         ignore: args
             .ignore_filename_regex
             .iter()
-            .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
+            .map(|re| regex_lite::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
             .collect::<Result<_>>()?,
     };
     let lcov = livecov_cli::go_coverage::lcov_from_dir(dir, &options)?;

@@ -327,7 +327,7 @@ pub fn decode_counters(data: &[u8]) -> Result<Counters> {
 #[derive(Default)]
 pub struct Options {
     /// Source files left out (matched against the path the meta-data names).
-    pub ignore: Vec<regex::Regex>,
+    pub ignore: Vec<regex_lite::Regex>,
 }
 
 /// One file of a report: DA counts by line, functions by (line, name) order

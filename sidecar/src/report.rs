@@ -98,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
     let ignore = args
         .ignore_filename_regex
         .iter()
-        .map(|re| regex::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
+        .map(|re| regex_lite::Regex::new(re).with_context(|| format!("--ignore-filename-regex {re:?} is not a valid regular expression")))
         .collect::<Result<Vec<_>>>()?;
     // Opened first: a report that cannot be written fails before the work.
     let output = Output::open_derived(args.output.as_deref())?;

@@ -124,7 +124,7 @@ fn llvm_json_is_llvm_cov_s_export_of_the_same_moment() {
     // file in its report (its own code, the standard library's).
     let mut expected: serde_json::Value =
         serde_json::from_str(&rust_agent_oracle("text", service_bin(), &[plugin()], &[path], &s.dir)).expect("llvm-cov's JSON");
-    let ignored = [regex::Regex::new(livecov::agent::DEFAULT_IGNORE).unwrap(), regex::Regex::new(&regex_escape(&format!("{}/", workspace_root().join("agent-rust/src").display()))).unwrap()];
+    let ignored = [regex_lite::Regex::new(livecov::agent::DEFAULT_IGNORE).unwrap(), regex_lite::Regex::new(&regex_escape(&format!("{}/", workspace_root().join("agent-rust/src").display()))).unwrap()];
     let functions = expected["data"][0]["functions"].as_array_mut().expect("functions");
     let before = functions.len();
     functions.retain(|f| f["filenames"].as_array().unwrap().iter().any(|n| !ignored.iter().any(|re| re.is_match(n.as_str().unwrap()))));

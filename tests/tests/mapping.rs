@@ -56,11 +56,11 @@ fn a_mapping_read_leaving_out_files_is_the_whole_without_their_functions() {
         files.sort();
         let patterns: Vec<String> = files
             .iter()
-            .map(|f| format!("^{}$", regex::escape(f)))
-            .chain(files.iter().step_by(2).map(|f| regex::escape(f)))
+            .map(|f| format!("^{}$", regex_lite::escape(f)))
+            .chain(files.iter().step_by(2).map(|f| regex_lite::escape(f)))
             .collect();
         for pattern in patterns {
-            let ignore = vec![regex::Regex::new(&pattern).unwrap()];
+            let ignore = vec![regex_lite::Regex::new(&pattern).unwrap()];
             let mut read = CoverageMapping::new().leaving_out(&ignore);
             read.add_object(&image).unwrap().expect("a coverage mapping");
             let kept = |m: &CoverageMapping| -> Vec<_> {

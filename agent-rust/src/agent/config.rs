@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use regex::Regex;
+use regex_lite::Regex;
 
 /// Sources no report wants: toolchain and package-registry code.
 pub const DEFAULT_IGNORE: &str =
@@ -15,13 +15,13 @@ pub const DEFAULT_IGNORE: &str =
 /// whatever `LIVECOV_IGNORE` says. A test checks this list against
 /// `cargo tree`.
 pub(crate) const AGENT_PACKAGES: &[&str] = &[
-    "adler2", "aho-corasick", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle",
+    "adler2", "atomic-waker", "block-buffer", "bytes", "cfg-if", "cpp_demangle",
     "crc32fast", "crypto-common", "digest", "flate2", "futures-core", "generic-array", "http",
     "http-body", "http-body-util", "httparse", "httpdate", "hyper", "hyper-util", "itoa", "libc",
     "md-5", "memchr", "memmap2", "miniz_oxide", "mio", "object", "pin-project-lite", "proc-macro2",
-    "quote", "regex", "regex-automata", "regex-syntax", "rustc-demangle", "rustc-hash",
-    "serde_core", "serde_json", "simd-adler32", "smallvec", "socket2", "subtle", "syn", "tokio",
-    "tokio-macros", "typenum", "unicode-ident", "zmij",
+    "quote", "regex-lite", "rustc-demangle", "rustc-hash", "serde_core", "serde_json",
+    "simd-adler32", "smallvec", "socket2", "subtle", "syn", "tokio", "tokio-macros", "typenum",
+    "unicode-ident", "zmij",
 ];
 
 /// What reports leave out: the configured pattern (or the default) and
@@ -38,8 +38,8 @@ pub(crate) fn ignore_patterns(configured: Option<&Regex>) -> Vec<Regex> {
 
 /// Matches the agent's own sources and those of the packages it uses.
 pub(crate) fn agent_sources() -> Regex {
-    let packages = AGENT_PACKAGES.iter().map(|p| regex::escape(p)).collect::<Vec<_>>().join("|");
-    let own = regex::escape(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"));
+    let packages = AGENT_PACKAGES.iter().map(|p| regex_lite::escape(p)).collect::<Vec<_>>().join("|");
+    let own = regex_lite::escape(concat!(env!("CARGO_MANIFEST_DIR"), "/src/"));
     Regex::new(&format!(r"^{own}|/(registry/src/[^/]+|git/checkouts/[^/]+/[^/]+)/({packages})-[0-9][^/]*/"))
         .expect("the agent's source pattern is valid")
 }

@@ -7,7 +7,7 @@
 //! counters: it records a baseline that later snapshots subtract, so the
 //! program's own exit profile stays whole.
 
-use regex::Regex;
+use regex_lite::Regex;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use hyper::body::Bytes;

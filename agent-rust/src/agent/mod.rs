@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use regex::Regex;
+use regex_lite::Regex;
 
 pub use config::{Config, DEFAULT_IGNORE};
 use crate::fleet::ReportSettings;
