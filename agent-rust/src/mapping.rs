@@ -267,6 +267,14 @@ impl CoverageMapping {
         !self.leave_out.is_empty() && filenames.iter().all(|&f| self.left_out.get(f as usize) == Some(&true))
     }
 
+    /// Per file (by `FileName`), whether it matches the patterns the
+    /// mapping was read [`leaving_out`](Self::leaving_out), if they are
+    /// `ignore`: each name was matched once, as it was interned.
+    pub fn files_matching(&self, ignore: &[regex_lite::Regex]) -> Option<&[bool]> {
+        let same = self.leave_out.iter().map(regex_lite::Regex::as_str).eq(ignore.iter().map(regex_lite::Regex::as_str));
+        same.then_some(&self.left_out[..])
+    }
+
     /// How many objects' function records were read.
     pub fn objects(&self) -> u32 {
         self.objects
