@@ -271,7 +271,8 @@ impl CoverageMapping {
     /// mapping was read [`leaving_out`](Self::leaving_out), if they are
     /// `ignore`: each name was matched once, as it was interned.
     pub fn files_matching(&self, ignore: &[regex_lite::Regex]) -> Option<&[bool]> {
-        let same = self.leave_out.iter().map(regex_lite::Regex::as_str).eq(ignore.iter().map(regex_lite::Regex::as_str));
+        let as_str = regex_lite::Regex::as_str;
+        let same = self.leave_out.iter().map(as_str).eq(ignore.iter().map(as_str));
         same.then_some(&self.left_out[..])
     }
 
