@@ -12,7 +12,7 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::mapping::{Counter, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
+use crate::mapping::{Counter, CounterRef, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
 use crate::profile::Lookup;
 
 /// Where counter values come from. The mapping refers to a function by the
@@ -42,11 +42,11 @@ impl CountedRegion<'_> {
     /// kept beside the counts: a report counts hundreds of thousands of
     /// regions, and this is the region's own.
     pub fn true_folded(&self) -> bool {
-        self.region.count == Counter::Zero
+        self.region.count == Counter::ZERO
     }
 
     pub fn false_folded(&self) -> bool {
-        self.region.false_count == Counter::Zero
+        self.region.false_count == Counter::ZERO
     }
 
     fn start(&self) -> (u32, u32) {
@@ -511,7 +511,7 @@ fn count_function<'m>(
     let first = f.regions().first()?;
     // A zero-region stub from a unit where the function is unused, while
     // another unit's record carries the real counts.
-    if f.regions().len() == 1 && first.count == Counter::Zero && counts.first().is_some_and(|&c| c > 0) {
+    if f.regions().len() == 1 && first.count == Counter::ZERO && counts.first().is_some_and(|&c| c > 0) {
         return None;
     }
     let name = f.name_without_prefix(mapping);
@@ -608,16 +608,16 @@ impl<'a> Evaluator<'a> {
     /// cycle, which only malformed input can): llvm-cov then drops the
     /// function without a word.
     fn eval(&mut self, c: Counter) -> Option<i64> {
-        match c {
-            Counter::Zero => Some(0),
-            Counter::Counter(id) => {
+        match c.get() {
+            CounterRef::Zero => Some(0),
+            CounterRef::Counter(id) => {
                 if self.all_zero {
                     Some(0)
                 } else {
                     self.counts.get(id as usize).map(|&v| v as i64)
                 }
             }
-            Counter::Expression(id) => {
+            CounterRef::Expression(id) => {
                 let id = id as usize;
                 match *self.memo.get(id)? {
                     Memo::Done(v) => return v,
@@ -1091,8 +1091,8 @@ mod tests {
             // A mapping region lives as long as the mapping: here, the test.
             region: Box::leak(Box::new(Region {
                 kind,
-                count: Counter::Counter(0),
-                false_count: Counter::Zero,
+                count: Counter::counter(0),
+                false_count: Counter::ZERO,
                 file_id: 0,
                 expanded_file_id: 0,
                 line_start: start.0,

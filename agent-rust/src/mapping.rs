@@ -148,14 +148,51 @@ pub struct Stored {
     len: u32,
 }
 
-/// A reference to a counter value, as mapping regions and expressions use.
+/// A reference to a counter value, as mapping regions and expressions use:
+/// see [`CounterRef`]. In 32 bits, what it refers to in the low two and
+/// its index above them, as LLVM encodes it: a region holds two, and the
+/// regions decoded stay from dump to dump (an enum took twice the room).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Counter(u32);
+
+/// What a [`Counter`] refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counter {
+pub enum CounterRef {
     Zero,
     /// Index into the function's counters.
     Counter(u32),
     /// Index into the function's expressions.
     Expression(u32),
+}
+
+impl Counter {
+    pub const ZERO: Counter = Counter(0);
+    /// The largest index a reference holds.
+    pub const MAX_INDEX: u32 = u32::MAX >> 2;
+
+    /// Counter `index` of the function (at most [`Self::MAX_INDEX`]).
+    pub fn counter(index: u32) -> Counter {
+        Counter(index.min(Self::MAX_INDEX) << 2 | 1)
+    }
+
+    /// Expression `index` of the function (at most [`Self::MAX_INDEX`]).
+    pub fn expression(index: u32) -> Counter {
+        Counter(index.min(Self::MAX_INDEX) << 2 | 2)
+    }
+
+    pub fn get(self) -> CounterRef {
+        match self.0 & 3 {
+            0 => CounterRef::Zero,
+            1 => CounterRef::Counter(self.0 >> 2),
+            _ => CounterRef::Expression(self.0 >> 2),
+        }
+    }
+}
+
+impl std::fmt::Debug for Counter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -848,7 +885,7 @@ fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<Body> {
     // An expression's kind is given by the tag of the counters that refer
     // to it; until one does, LLVM treats it as a subtraction.
     let mut expressions = vec![
-        Expression { kind: ExpressionKind::Subtract, lhs: Counter::Zero, rhs: Counter::Zero };
+        Expression { kind: ExpressionKind::Subtract, lhs: Counter::ZERO, rhs: Counter::ZERO };
         num_expressions
     ];
     for i in 0..num_expressions {
@@ -870,10 +907,12 @@ fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<Body> {
 fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {
     let index = raw >> 2;
     let index32 = u32::try_from(index)
-        .map_err(|_| data.error_at(at, format!("counter index {index} does not fit in 32 bits")))?;
+        .ok()
+        .filter(|&i| i <= Counter::MAX_INDEX)
+        .ok_or_else(|| data.error_at(at, format!("counter index {index} is over {}", Counter::MAX_INDEX)))?;
     match raw & 3 {
-        0 => Ok(Counter::Zero),
-        1 => Ok(Counter::Counter(index32)),
+        0 => Ok(Counter::ZERO),
+        1 => Ok(Counter::counter(index32)),
         tag => {
             let Some(e) = expressions.get_mut(index32 as usize) else {
                 return Err(data.error_at(
@@ -882,7 +921,7 @@ fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expr
                 ));
             };
             e.kind = if tag == 2 { ExpressionKind::Subtract } else { ExpressionKind::Add };
-            Ok(Counter::Expression(index32))
+            Ok(Counter::expression(index32))
         }
     }
 }
@@ -910,8 +949,8 @@ fn read_regions(
         let at = data.position();
         let header = data.uleb32()? as u64;
         let mut kind = RegionKind::Code;
-        let mut count = Counter::Zero;
-        let mut false_count = Counter::Zero;
+        let mut count = Counter::ZERO;
+        let mut false_count = Counter::ZERO;
         let mut expanded_file_id = 0;
         let mut mcdc_kind = None;
         if header & 3 != 0 {
@@ -1066,11 +1105,35 @@ mod tests {
     }
 
     #[test]
+    fn counter_references_are_packed_in_32_bits() {
+        // The decoded regions of the functions that ran stay from dump to
+        // dump: a region is 36 bytes, an expression 12 (44 and 20 with an
+        // enum of a tag and an index).
+        assert_eq!(std::mem::size_of::<Counter>(), 4);
+        assert!(std::mem::size_of::<Region>() <= 36);
+        assert!(std::mem::size_of::<Expression>() <= 12);
+        assert_eq!(Counter::ZERO.get(), CounterRef::Zero);
+        assert_eq!(Counter::counter(7).get(), CounterRef::Counter(7));
+        let last = Counter::MAX_INDEX;
+        assert_eq!(Counter::expression(last).get(), CounterRef::Expression(last));
+        // An index past what a reference holds is an error, not cut.
+        let data = Bytes::new(&[], 0, Endian::Little, "test");
+        let zero = Counter::ZERO;
+        let mut expressions = vec![Expression { kind: ExpressionKind::Add, lhs: zero, rhs: zero }];
+        let raw = |index: u64, tag: u64| index << 2 | tag;
+        let decoded = decode_counter(raw(u64::from(last), 1), 0, &data, &mut expressions).unwrap();
+        assert_eq!(decoded, Counter::counter(last));
+        let err = decode_counter(raw(u64::from(last) + 1, 1), 0, &data, &mut expressions).unwrap_err();
+        assert!(err.to_string().contains("is over"), "{err}");
+        assert_eq!(decode_counter(raw(0, 3), 0, &data, &mut expressions).unwrap().get(), CounterRef::Expression(0));
+    }
+
+    #[test]
     fn nested_expansions_take_the_count_of_what_they_expand() {
         let region = |file_id, kind, count, expanded_file_id| Region {
             kind,
             count,
-            false_count: Counter::Zero,
+            false_count: Counter::ZERO,
             file_id,
             expanded_file_id,
             line_start: 1,
@@ -1082,16 +1145,16 @@ mod tests {
         // first region expands file 3: the outer ones are set in later
         // passes, after the inner ones.
         let mut regions = vec![
-            region(0, RegionKind::Code, Counter::Counter(0), 0),
-            region(0, RegionKind::Expansion, Counter::Zero, 1),
-            region(1, RegionKind::Expansion, Counter::Zero, 2),
-            region(2, RegionKind::Expansion, Counter::Zero, 3),
-            region(3, RegionKind::Code, Counter::Counter(7), 0),
-            region(3, RegionKind::Code, Counter::Counter(8), 0),
+            region(0, RegionKind::Code, Counter::counter(0), 0),
+            region(0, RegionKind::Expansion, Counter::ZERO, 1),
+            region(1, RegionKind::Expansion, Counter::ZERO, 2),
+            region(2, RegionKind::Expansion, Counter::ZERO, 3),
+            region(3, RegionKind::Code, Counter::counter(7), 0),
+            region(3, RegionKind::Code, Counter::counter(8), 0),
         ];
         propagate_expansion_counters(&mut regions, 5);
         let counts: Vec<Counter> = regions.iter().map(|r| r.count).collect();
-        assert_eq!(counts[1..4], [Counter::Counter(7); 3]);
+        assert_eq!(counts[1..4], [Counter::counter(7); 3]);
     }
 
     #[test]

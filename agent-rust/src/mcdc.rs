@@ -337,7 +337,7 @@ fn evaluate<'m>(d: &Pending<'m>, bitmap: &[u8]) -> Option<McdcRecord<'m>> {
         .collect();
     Some(McdcRecord {
         decision: d.region,
-        folded: d.branches.iter().map(|(r, _, _)| r.count == Counter::Zero || r.false_count == Counter::Zero).collect(),
+        folded: d.branches.iter().map(|(r, _, _)| r.count == Counter::ZERO || r.false_count == Counter::ZERO).collect(),
         covered: positions.iter().map(|&id| covered_ids[id]).collect(),
         vectors,
     })
@@ -349,7 +349,7 @@ mod tests {
     use crate::mapping::{Body, McdcParameters};
 
     fn region(kind: RegionKind, line: u32, col: (u32, u32)) -> Region {
-        let counter = if kind == RegionKind::McdcDecision { Counter::Zero } else { Counter::Counter(0) };
+        let counter = if kind == RegionKind::McdcDecision { Counter::ZERO } else { Counter::counter(0) };
         Region {
             kind,
             count: counter,

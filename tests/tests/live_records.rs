@@ -133,8 +133,8 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
         for &i in &changed {
             let f = &mapping.functions[i];
-            let stub = f.regions().len() == 1 && f.regions()[0].count == Counter::Zero;
-            for &file in &f.filenames {
+            let stub = f.regions().len() == 1 && f.regions()[0].count == Counter::ZERO;
+            for &file in f.filenames.iter() {
                 if stub {
                     live.insert(file, LiveFile::new(&whole, file, sf(&mapping, file), true));
                 } else if live.contains_key(&file) {

@@ -909,7 +909,7 @@ impl Engine {
                 // Whether llvm-cov loads a zero-region stub depends on its
                 // counts: its files are computed whole again.
                 let f = &self.mapping.functions[i];
-                if f.regions().len() == 1 && f.regions()[0].count == crate::mapping::Counter::Zero {
+                if f.regions().len() == 1 && f.regions()[0].count == crate::mapping::Counter::ZERO {
                     rebuild.extend(f.filenames.iter().copied());
                 }
             }
