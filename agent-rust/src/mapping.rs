@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
@@ -64,8 +64,12 @@ pub struct FunctionMapping {
     pub name_ref: u64,
     /// Structural hash; the profile's counters only apply when it matches.
     pub hash: u64,
-    /// Files of this function, indexed by a region's `file_id`.
-    pub filenames: Box<[FileName]>,
+    /// Files of this function, indexed by a region's `file_id`. Shared by
+    /// the functions with the same files (most of a unit's have its file
+    /// alone, or it and the headers of the same macros): a list each was
+    /// a block of the allocator for every function of the program (200 KiB
+    /// of redis's).
+    pub filenames: Arc<[FileName]>,
     /// Its expressions and regions, `None` while released (see
     /// [`CoverageMapping::release`]): boxed, a released function takes a
     /// word for them in the table of every function of the program, which
@@ -117,7 +121,7 @@ impl FunctionMapping {
     #[cfg(test)]
     pub(crate) fn decoded(body: Body) -> FunctionMapping {
         let (name, name_ref, hash, stored) = (NameAt::default(), 0, 0, Stored::default());
-        FunctionMapping { name, name_ref, hash, filenames: Box::new([0]), body: Some(Box::new(body)), stored }
+        FunctionMapping { name, name_ref, hash, filenames: Arc::new([0]), body: Some(Box::new(body)), stored }
     }
 
     #[cfg(test)]
@@ -564,6 +568,7 @@ impl CoverageMapping {
         // Grown by doubling, the functions of a large program would be
         // copied over and over into memory first touched for the copy.
         self.functions.reserve(records);
+        let mut lists: FxHashSet<Arc<[FileName]>> = FxHashSet::default();
         let object = self.objects;
         self.objects += 1;
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
@@ -595,11 +600,18 @@ impl CoverageMapping {
             };
 
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
-            let function = |mapping: DecodedFunction| FunctionMapping {
+            let mut function = |mapping: DecodedFunction| FunctionMapping {
                 name: NameAt::default(),
                 name_ref,
                 hash,
-                filenames: mapping.filenames.into_boxed_slice(),
+                filenames: match lists.get(&mapping.filenames[..]) {
+                    Some(list) => list.clone(),
+                    None => {
+                        let list: Arc<[FileName]> = mapping.filenames.into();
+                        lists.insert(list.clone());
+                        list
+                    }
+                },
                 body: mapping.body.map(Box::new),
                 stored,
             };

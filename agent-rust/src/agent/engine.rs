@@ -763,7 +763,7 @@ impl Engine {
     /// own code, and the `ignored` files, have none).
     fn is_reported(&self, key: Key, ignored: &[bool]) -> bool {
         let functions = functions_with(&self.last, &self.mapping, key);
-        let mut files = functions.iter().flat_map(|&i| &self.mapping.functions[i as usize].filenames);
+        let mut files = functions.iter().flat_map(|&i| self.mapping.functions[i as usize].filenames.iter());
         files.any(|&file| !ignored[file as usize])
     }
 
@@ -928,7 +928,7 @@ impl Engine {
         let mut pairs: Vec<(FileName, usize)> = Vec::new();
         let mut unparked = Vec::new();
         for &i in &changed_functions {
-            for &file in &self.mapping.functions[i].filenames {
+            for &file in self.mapping.functions[i].filenames.iter() {
                 match last.files[file as usize] {
                     FileRecord::Live(_) if rebuild.binary_search(&file).is_err() => pairs.push((file, i)),
                     FileRecord::Parked(_) => unparked.push(file),
