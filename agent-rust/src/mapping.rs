@@ -154,8 +154,9 @@ pub struct Stored {
 
 /// A reference to a counter value, as mapping regions and expressions use:
 /// see [`CounterRef`]. In 32 bits, what it refers to in the low two and
-/// its index above them, as LLVM encodes it: a region holds two, and the
-/// regions decoded stay from dump to dump (an enum took twice the room).
+/// its index above them, much as LLVM encodes it (an expression's kind is
+/// the expression's own): a region holds two, and the regions decoded stay
+/// from dump to dump (an enum took twice the room).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Counter(u32);
 
