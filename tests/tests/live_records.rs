@@ -12,7 +12,8 @@
 //! live process, every record is there from the start), and each later one
 //! adds the raw profile of one more test run (a few test suites of one
 //! executable, then of another), so that a dump changes some functions of
-//! a stretch and not others.
+//! a stretch and not others. A record no report holds is written over in
+//! place when no line changed its length; one a report holds never is.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -120,7 +121,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
     let mut live: BTreeMap<FileName, LiveFile> =
         whole.source_files().into_iter().map(|file| (file, LiveFile::new(&whole, file, sf(&mapping, file), true))).collect();
     drop(whole);
-    let (mut updated_files, mut kept_stretches_reached) = (0, 0);
+    let (mut updated_files, mut kept_stretches_reached, mut written_over) = (0, 0, 0);
     for dump in baseline..profiles.len() {
         let (before, now) = (counters_of(&profiles[..dump]), counters_of(&profiles[..=dump]));
         let changed: Vec<usize> =
@@ -158,9 +159,22 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         let index_of = partial.places();
         // One scratch for every record, as the agent's dumps share it.
         let mut work = lcov::Work::default();
+        // Every other dump, a report still holds the last texts, as one
+        // being sent does: they must stay as they were.
+        let held: Vec<(bytes::Bytes, Vec<u8>)> = match dump % 2 {
+            0 => touched.iter().map(|(file, _)| (live[file].text().clone(), live[file].text().to_vec())).collect(),
+            _ => Vec::new(),
+        };
         for (file, reach) in &touched {
+            let before = live[file].text().as_ptr();
             live.get_mut(file).unwrap().update(&partial, &index_of, reach, &mut work);
             updated_files += 1;
+            if live[file].text().as_ptr() == before {
+                written_over += 1;
+            }
+        }
+        for (text, bytes) in &held {
+            assert_eq!(text[..], bytes[..], "dump {dump}: a text a report held was changed");
         }
 
         let expected = whole_records(&whole);
@@ -183,4 +197,11 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
     // stretches keep (no other function of the stretch loaded again).
     assert!(updated_files > 50, "only {updated_files} records were updated");
     assert!(kept_stretches_reached > 0, "no update used the parts a stretch keeps");
+    // Most updates change no line's length: their lines are written over
+    // the last text (a record no report holds); the others, and those of a
+    // text a report holds, make a new one.
+    assert!(
+        written_over > 0 && written_over < updated_files,
+        "{written_over} of {updated_files} records were written over in place"
+    );
 }

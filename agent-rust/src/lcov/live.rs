@@ -32,7 +32,7 @@
 //! and its `SF` and `FN` lines are kept once, in its text, where the next
 //! text and its `FNDA` lines take them (and the functions' names) from.
 
-use hyper::body::Bytes;
+use ::bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
 use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, write_fn_lines};
@@ -694,7 +694,9 @@ impl LiveFile {
             self.total.add(after);
             self.hit += u32::from(ran);
         }
-        self.render(&work.fresh, &fresh_names);
+        if !self.write_over(&work.fresh, &fresh_names) {
+            self.render(&work.fresh, &fresh_names);
+        }
     }
 
     /// The stretches and groups of `changed`, in order (the stretches are
@@ -752,6 +754,69 @@ impl LiveFile {
         push_line(&mut out, "LH:", self.total.lines_hit);
         out.push_str("end_of_record\n");
         self.text = Bytes::from(out);
+    }
+
+    /// Writes the lines computed again over those they replace in the last
+    /// text, where each is as long as its last (a count seldom gains a
+    /// digit: a service runs the same code with counts in the same decade)
+    /// and no report holds the text any longer: no copy of the record, and
+    /// no new block of its size. Whether it did; if not, the text is as it
+    /// was, for [`Self::render`].
+    fn write_over(&mut self, fresh: &Fresh, fresh_names: &[usize]) -> bool {
+        if !self.text.is_unique() {
+            return false;
+        }
+        // The lines of the `FNDA` counts, the function totals and the
+        // file totals, as `render` writes them.
+        let mut lines = String::new();
+        // (where in the text, where in `lines`): the `FNDA` lines, the
+        // totals that follow them, and the totals that end the record.
+        let mut own: Vec<(TextRange, TextRange)> = Vec::with_capacity(fresh_names.len() + 2);
+        for &slot in fresh_names {
+            let from = lines.len() as u32;
+            lines.push_str("FNDA:");
+            push_int(&mut lines, self.executions[slot]);
+            lines.push(',');
+            copy_from(&mut lines, &self.text, self.names[slot]);
+            lines.push('\n');
+            let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]);
+            own.push(((start, self.fnda_ends[slot]), (from, lines.len() as u32)));
+        }
+        let from = lines.len() as u32;
+        push_line(&mut lines, "FNF:", self.groups.len());
+        push_line(&mut lines, "FNH:", self.hit as usize);
+        let fnda_end = self.fnda_ends.last().map_or(self.head as u32, |&end| end);
+        own.push(((fnda_end, self.lines_at), (from, lines.len() as u32)));
+        let from = lines.len() as u32;
+        push_line(&mut lines, "BRF:", self.total.branches);
+        push_line(&mut lines, "BRH:", self.total.branches_hit);
+        push_line(&mut lines, "LF:", self.total.lines);
+        push_line(&mut lines, "LH:", self.total.lines_hit);
+        lines.push_str("end_of_record\n");
+        let brda_end = self.stretches.last().map_or(self.lines_at, |s| s.brda_end);
+        own.push(((brda_end, self.text.len() as u32), (from, lines.len() as u32)));
+        // Each stretch's `DA` lines begin where the last one's end, the
+        // first where `lines_at` is; its `BRDA` lines likewise, the first
+        // where the last stretch's `DA` lines end.
+        let da_start = |k: usize| k.checked_sub(1).map_or(self.lines_at, |before| self.stretches[before].da_end);
+        let brda_start = |k: usize| {
+            k.checked_sub(1).map_or(self.stretches.last().map_or(self.lines_at, |s| s.da_end), |before| self.stretches[before].brda_end)
+        };
+        let stretches = fresh.stretches.iter().flat_map(|&(k, da, brda)| {
+            let s = &self.stretches[k];
+            [((da_start(k), s.da_end), &fresh.da, da), ((brda_start(k), s.brda_end), &fresh.brda, brda)]
+        });
+        let edits = || own.iter().map(|&(at, line)| (at, &lines, line)).chain(stretches.clone());
+        let fits = |(from, to): TextRange, len: u32| to.checked_sub(from) == Some(len) && to as usize <= self.text.len();
+        if !edits().all(|(at, _, (from, to))| fits(at, to - from)) {
+            return false;
+        }
+        let mut text = BytesMut::from(std::mem::take(&mut self.text));
+        for (at, source, new) in edits() {
+            text[range(at)].copy_from_slice(&source.as_bytes()[range(new)]);
+        }
+        self.text = text.freeze();
+        true
     }
 }
 
