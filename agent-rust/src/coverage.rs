@@ -477,7 +477,11 @@ impl<'m> Counted<'m> {
         mcdc: bool,
         files: Option<&[FileName]>,
     ) -> Self {
-        let mut counted = Counted { records: Vec::with_capacity(indices.size_hint().0), mismatched: Vec::new() };
+        // At most as many records as indices: a filtered iterator tells
+        // only its upper bound, and a vector of hundreds of records grown by
+        // doubling is moved each time past the allocator's smaller blocks.
+        let (least, most) = indices.size_hint();
+        let mut counted = Counted { records: Vec::with_capacity(most.unwrap_or(least)), mismatched: Vec::new() };
         for i in indices {
             match count_function(mapping, counters, i, mcdc, files) {
                 Some(Ok(record)) => counted.records.push(record),

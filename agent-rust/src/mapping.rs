@@ -914,6 +914,9 @@ fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<Body> {
         read_regions(data, &mut expressions, file_id, num_files as u32, &mut regions, &mut mcdc)?;
     }
     propagate_expansion_counters(&mut regions, num_files);
+    // The mapping of a large program holds hundreds of thousands of
+    // regions: no slack.
+    regions.shrink_to_fit();
     Ok(Body { expressions, regions, mcdc })
 }
 
@@ -954,9 +957,12 @@ fn read_regions(
     mcdc: &mut Vec<McdcParameters>,
 ) -> Result<()> {
     let num_regions = data.uleb_len()?;
-    // The mapping of a large program holds hundreds of thousands of
-    // regions: no slack. (The count is at most the bytes that remain.)
-    regions.reserve_exact(num_regions);
+    // (The count is at most the bytes that remain.) Grown by doubling
+    // across the file ids, not to each one's end exactly: a C function that
+    // expands tens of macros has as many, and its vector was moved for
+    // each (a system call each, past the agent allocator's small blocks).
+    // `decode_body` leaves no slack.
+    regions.reserve(num_regions);
     let mut line_start = 0u32;
     for _ in 0..num_regions {
         let at = data.position();

@@ -925,7 +925,8 @@ impl Engine {
         // The files with a record in parts that changed functions touch,
         // and which: (file, function) pairs, sorted; the parked records
         // they touch are computed whole.
-        let mut pairs: Vec<(FileName, usize)> = Vec::new();
+        let files_of_changed = changed_functions.iter().map(|&i| self.mapping.functions[i].filenames.len()).sum();
+        let mut pairs: Vec<(FileName, usize)> = Vec::with_capacity(files_of_changed);
         let mut unparked = Vec::new();
         for &i in &changed_functions {
             for &file in self.mapping.functions[i].filenames.iter() {
