@@ -322,7 +322,20 @@ struct ModuleRecords {
     /// Whether the module's counters are 64-bit counts as they are (not
     /// single bytes, nor after a timestamp).
     plain: bool,
+    /// Runs of records (`records[from..to]`) whose counters follow one
+    /// another both in the module and in `words`, of [`RUN_BYTES`] at
+    /// most: a dump compares a run at once, and its records one by one
+    /// only when it changed. Between two dumps of a service most records
+    /// did not change, and comparing them one by one cost more than
+    /// reading their counters (on redis, 4518 records in 248 KB).
+    runs: Vec<(u32, u32)>,
 }
+
+/// The most counter bytes of a run (see [`ModuleRecords::runs`]): a
+/// service's code that runs is in a few of its files, whose records are
+/// side by side, and a run that changed is compared again record by
+/// record.
+const RUN_BYTES: usize = 512;
 
 /// The bytes of `words`.
 fn bytes_of(words: &[u64]) -> &[u8] {
@@ -343,6 +356,26 @@ impl ModuleRecords {
         self.words.resize(self.words.len() + bytes.len().div_ceil(8), 0);
         bytes_of_mut(&mut self.words)[at..at + bytes.len()].copy_from_slice(bytes);
         at
+    }
+
+    /// The runs of `records` (see [`Self::runs`]).
+    fn find_runs(&mut self) {
+        let records = &self.records;
+        self.runs.clear();
+        let mut from = 0;
+        for j in 1..=records.len() {
+            let cut = records.get(j).is_none_or(|r| {
+                let last = &records[j - 1];
+                r.counters.0 != last.counters.1
+                    || r.kept_at as usize != last.kept().end
+                    || (r.counters.1 - records[from].counters.0) as usize > RUN_BYTES
+            });
+            if cut {
+                self.runs.push((from as u32, j as u32));
+                from = j;
+            }
+        }
+        self.runs.shrink_to_fit();
     }
 
     /// The merged counts of `record`, when it is its key's only one: its
@@ -715,7 +748,7 @@ impl Engine {
         let mut whole = Vec::with_capacity(self.modules.len());
         for ((records, counters), m) in decoded.into_iter().zip(&self.modules) {
             let plain = !m.layout.variant.byte_coverage && !m.layout.variant.temporal;
-            let mut kept = ModuleRecords { records: Vec::new(), words: Vec::new(), plain };
+            let mut kept = ModuleRecords { records: Vec::new(), words: Vec::new(), plain, runs: Vec::new() };
             for (j, r, span) in &records {
                 let Ok(k) = keys.binary_search(&(r.name_ref, r.hash)) else { continue };
                 let Some(bytes) = counters.get(span.clone()).filter(|_| relevant[k]) else { continue };
@@ -724,6 +757,7 @@ impl Engine {
                 kept.records.push(Record { index: at(*j)?, key: at(k)?, counters: (at(span.start)?, at(span.end)?), kept_at });
             }
             kept.records.shrink_to_fit();
+            kept.find_runs();
             kept.words.shrink_to_fit();
             states.push(kept);
             whole.push(records.into_iter().map(|(_, r, _)| r).collect());
@@ -786,34 +820,44 @@ impl Engine {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
             let base = self.baseline[i].as_deref();
-            for (j, r) in state.records.iter().enumerate() {
-                let span = r.span();
-                let Some(last) = bytes_of_mut(&mut state.words).get_mut(r.kept()) else { continue };
-                let base = base.map(|b| b.get(span.clone()).unwrap_or(&[]));
-                // Safety (both): pinned above; spans were decoded from this module.
-                if unsafe { m.counters_are(span.clone(), last, base) } {
+            let base_of = |span: std::ops::Range<usize>| base.map(|b| b.get(span).unwrap_or(&[]));
+            for &(from, to) in &state.runs {
+                let (first, last) = (&state.records[from as usize], &state.records[to as usize - 1]);
+                let span = first.counters.0 as usize..last.counters.1 as usize;
+                let kept = bytes_of(&state.words).get(first.kept_at as usize..last.kept().end);
+                // Safety: pinned above; spans were decoded from this module.
+                if kept.is_some_and(|kept| unsafe { m.counters_are(span.clone(), kept, base_of(span)) }) {
                     continue;
                 }
-                unsafe { m.read_counters(span.clone(), &mut bytes) };
-                if let Some(base) = base {
-                    subtract(&mut bytes, base);
-                }
-                if *last != *bytes {
-                    last.copy_from_slice(&bytes);
-                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
-                    if self.last.shared.binary_search(&r.key).is_err() {
-                        let from = changed.counts.len();
-                        profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
-                        changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
+                for (j, r) in state.records.iter().enumerate().take(to as usize).skip(from as usize) {
+                    let span = r.span();
+                    let Some(last) = bytes_of_mut(&mut state.words).get_mut(r.kept()) else { continue };
+                    let base = base_of(span.clone());
+                    // Safety (both): pinned above; spans were decoded from this module.
+                    if unsafe { m.counters_are(span.clone(), last, base) } {
                         continue;
                     }
-                    let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
-                    changed.keys.insert((name_ref, hash));
-                    // The bitmap is left out: LCOV reports do not read it
-                    // (see `MergedCounts`), and it changes no merged count.
-                    changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
-                    shared_changed.push(r.key);
-                    changed_records.push((i, j));
+                    unsafe { m.read_counters(span.clone(), &mut bytes) };
+                    if let Some(base) = base {
+                        subtract(&mut bytes, base);
+                    }
+                    if *last != *bytes {
+                        last.copy_from_slice(&bytes);
+                        let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
+                        if self.last.shared.binary_search(&r.key).is_err() {
+                            let from = changed.counts.len();
+                            profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
+                            changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
+                            continue;
+                        }
+                        let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
+                        changed.keys.insert((name_ref, hash));
+                        // The bitmap is left out: LCOV reports do not read it
+                        // (see `MergedCounts`), and it changes no merged count.
+                        changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
+                        shared_changed.push(r.key);
+                        changed_records.push((i, j));
+                    }
                 }
             }
         }
@@ -1369,5 +1413,27 @@ mod tests {
         assert_eq!(c[8..], 0u64.to_ne_bytes());
         add(&mut c, &base);
         assert_eq!(c[..8], 10u64.to_ne_bytes());
+    }
+
+    /// A run ends where the next record's counters do not follow in the
+    /// module or in the kept words, or would make it longer than
+    /// `RUN_BYTES`.
+    #[test]
+    fn runs_are_records_whose_counters_follow_one_another() {
+        let mut kept = ModuleRecords { records: Vec::new(), words: Vec::new(), plain: true, runs: Vec::new() };
+        // (module offset, bytes): 0-2 follow one another; 3 leaves a gap in
+        // the module; 4 is kept apart from 3 in the words; then records of
+        // 128 bytes, four to a run.
+        let spans = [(0, 16), (16, 8), (24, 24), (64, 8), (72, 8)].into_iter().chain((0..6).map(|k| (80 + 128 * k, 128)));
+        for (k, (at, len)) in spans.enumerate() {
+            if k == 4 {
+                kept.push(&[0; 8]);
+            }
+            let kept_at = kept.push(&vec![0; len as usize]) as u32;
+            kept.records.push(Record { index: k as u32, key: k as u32, counters: (at, at + len), kept_at });
+        }
+        kept.find_runs();
+        assert_eq!(RUN_BYTES, 512);
+        assert_eq!(kept.runs, [(0, 3), (3, 4), (4, 8), (8, 11)]);
     }
 }
