@@ -821,43 +821,48 @@ impl Engine {
             };
             let base = self.baseline[i].as_deref();
             let base_of = |span: std::ops::Range<usize>| base.map(|b| b.get(span).unwrap_or(&[]));
-            for &(from, to) in &state.runs {
-                let (first, last) = (&state.records[from as usize], &state.records[to as usize - 1]);
-                let span = first.counters.0 as usize..last.counters.1 as usize;
-                let kept = bytes_of(&state.words).get(first.kept_at as usize..last.kept().end);
-                // Safety: pinned above; spans were decoded from this module.
-                if kept.is_some_and(|kept| unsafe { m.counters_are(span.clone(), kept, base_of(span)) }) {
+            // The runs that changed: their records are compared one by one.
+            let changed_runs: Vec<(u32, u32)> = state
+                .runs
+                .iter()
+                .copied()
+                .filter(|&(from, to)| {
+                    let (first, last) = (&state.records[from as usize], &state.records[to as usize - 1]);
+                    let span = first.counters.0 as usize..last.counters.1 as usize;
+                    let kept = bytes_of(&state.words).get(first.kept_at as usize..last.kept().end);
+                    // Safety: pinned above; spans were decoded from this module.
+                    !kept.is_some_and(|kept| unsafe { m.counters_are(span.clone(), kept, base_of(span)) })
+                })
+                .collect();
+            for j in changed_runs.iter().flat_map(|&(from, to)| from as usize..to as usize) {
+                let r = &state.records[j];
+                let span = r.span();
+                let Some(last) = bytes_of_mut(&mut state.words).get_mut(r.kept()) else { continue };
+                let base = base_of(span.clone());
+                // Safety (both): pinned above; spans were decoded from this module.
+                if unsafe { m.counters_are(span.clone(), last, base) } {
                     continue;
                 }
-                for (j, r) in state.records.iter().enumerate().take(to as usize).skip(from as usize) {
-                    let span = r.span();
-                    let Some(last) = bytes_of_mut(&mut state.words).get_mut(r.kept()) else { continue };
-                    let base = base_of(span.clone());
-                    // Safety (both): pinned above; spans were decoded from this module.
-                    if unsafe { m.counters_are(span.clone(), last, base) } {
+                unsafe { m.read_counters(span.clone(), &mut bytes) };
+                if let Some(base) = base {
+                    subtract(&mut bytes, base);
+                }
+                if *last != *bytes {
+                    last.copy_from_slice(&bytes);
+                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
+                    if self.last.shared.binary_search(&r.key).is_err() {
+                        let from = changed.counts.len();
+                        profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
+                        changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
                         continue;
                     }
-                    unsafe { m.read_counters(span.clone(), &mut bytes) };
-                    if let Some(base) = base {
-                        subtract(&mut bytes, base);
-                    }
-                    if *last != *bytes {
-                        last.copy_from_slice(&bytes);
-                        let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
-                        if self.last.shared.binary_search(&r.key).is_err() {
-                            let from = changed.counts.len();
-                            profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
-                            changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
-                            continue;
-                        }
-                        let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
-                        changed.keys.insert((name_ref, hash));
-                        // The bitmap is left out: LCOV reports do not read it
-                        // (see `MergedCounts`), and it changes no merged count.
-                        changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
-                        shared_changed.push(r.key);
-                        changed_records.push((i, j));
-                    }
+                    let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
+                    changed.keys.insert((name_ref, hash));
+                    // The bitmap is left out: LCOV reports do not read it
+                    // (see `MergedCounts`), and it changes no merged count.
+                    changed.records[i].push(FunctionCounters { name_ref, hash, counters, bitmap: Vec::new() });
+                    shared_changed.push(r.key);
+                    changed_records.push((i, j));
                 }
             }
         }

@@ -646,10 +646,7 @@ impl LiveFile {
         // The lines computed again take about as much room as they did.
         let mut lengths = (0, 0);
         for &k in &reach.stretches {
-            let (da_from, brda_from) = match k.checked_sub(1) {
-                Some(before) => (self.stretches[before].da_end, self.stretches[before].brda_end),
-                None => (self.lines_at, self.stretches.last().map_or(0, |s| s.da_end)),
-            };
+            let (da_from, brda_from) = self.line_starts(k);
             let s = &self.stretches[k];
             lengths.0 += s.da_end.saturating_sub(da_from) as usize + 16;
             lengths.1 += s.brda_end.saturating_sub(brda_from) as usize + 16;
@@ -728,11 +725,7 @@ impl LiveFile {
         let mut fnda_at = Vec::with_capacity(fresh_names.len());
         for &slot in fresh_names {
             let from = fnda.len() as u32;
-            fnda.push_str("FNDA:");
-            push_int(&mut fnda, self.executions[slot]);
-            fnda.push(',');
-            copy_from(&mut fnda, last, self.names[slot]);
-            fnda.push('\n');
+            self.push_fnda_line(&mut fnda, slot);
             fnda_at.push((slot, (from, fnda.len() as u32)));
         }
         // Counts only grow: the text a little longer than the last, whose
@@ -741,19 +734,49 @@ impl LiveFile {
         copy_from(&mut out, last, (0, self.head as u32));
         let fnda_lines = fnda_at.iter().map(|&(slot, at)| (slot, &fnda[range(at)]));
         splice(&mut out, last, self.head as u32, self.fnda_ends.iter_mut(), fnda_lines);
-        push_line(&mut out, "FNF:", self.groups.len());
-        push_line(&mut out, "FNH:", self.hit as usize);
+        self.push_function_totals(&mut out);
         let da_from = std::mem::replace(&mut self.lines_at, out.len() as u32);
         let da = fresh.stretches.iter().map(|&(k, da, _)| (k, &fresh.da[range(da)]));
         let brda_from = splice(&mut out, last, da_from, self.stretches.iter_mut().map(|s| &mut s.da_end), da);
         let brda = fresh.stretches.iter().map(|&(k, _, brda)| (k, &fresh.brda[range(brda)]));
         splice(&mut out, last, brda_from, self.stretches.iter_mut().map(|s| &mut s.brda_end), brda);
-        push_line(&mut out, "BRF:", self.total.branches);
-        push_line(&mut out, "BRH:", self.total.branches_hit);
-        push_line(&mut out, "LF:", self.total.lines);
-        push_line(&mut out, "LH:", self.total.lines_hit);
-        out.push_str("end_of_record\n");
+        self.push_file_totals(&mut out);
         self.text = Bytes::from(out);
+    }
+
+    /// The `FNDA` line of the function in `slot` (as
+    /// `super::write_fnda_lines`), its name from the head of the text.
+    fn push_fnda_line(&self, out: &mut String, slot: usize) {
+        out.push_str("FNDA:");
+        push_int(out, self.executions[slot]);
+        out.push(',');
+        copy_from(out, &self.text, self.names[slot]);
+        out.push('\n');
+    }
+
+    /// The `FNF` and `FNH` lines, which follow the `FNDA` lines.
+    fn push_function_totals(&self, out: &mut String) {
+        push_line(out, "FNF:", self.groups.len());
+        push_line(out, "FNH:", self.hit as usize);
+    }
+
+    /// The lines that end the record, after the `BRDA` lines.
+    fn push_file_totals(&self, out: &mut String) {
+        push_line(out, "BRF:", self.total.branches);
+        push_line(out, "BRH:", self.total.branches_hit);
+        push_line(out, "LF:", self.total.lines);
+        push_line(out, "LH:", self.total.lines_hit);
+        out.push_str("end_of_record\n");
+    }
+
+    /// Where stretch `k`'s `DA` and `BRDA` lines begin in the text: where
+    /// the last stretch's end, the first's `DA` lines at `lines_at` and
+    /// its `BRDA` lines where the last stretch's `DA` lines end.
+    fn line_starts(&self, k: usize) -> (u32, u32) {
+        match k.checked_sub(1) {
+            Some(before) => (self.stretches[before].da_end, self.stretches[before].brda_end),
+            None => (self.lines_at, self.stretches.last().map_or(self.lines_at, |s| s.da_end)),
+        }
     }
 
     /// Writes the lines computed again over those they replace in the last
@@ -774,45 +797,29 @@ impl LiveFile {
         let mut own: Vec<(TextRange, TextRange)> = Vec::with_capacity(fresh_names.len() + 2);
         for &slot in fresh_names {
             let from = lines.len() as u32;
-            lines.push_str("FNDA:");
-            push_int(&mut lines, self.executions[slot]);
-            lines.push(',');
-            copy_from(&mut lines, &self.text, self.names[slot]);
-            lines.push('\n');
+            self.push_fnda_line(&mut lines, slot);
             let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]);
             own.push(((start, self.fnda_ends[slot]), (from, lines.len() as u32)));
         }
         let from = lines.len() as u32;
-        push_line(&mut lines, "FNF:", self.groups.len());
-        push_line(&mut lines, "FNH:", self.hit as usize);
+        self.push_function_totals(&mut lines);
         let fnda_end = self.fnda_ends.last().map_or(self.head as u32, |&end| end);
         own.push(((fnda_end, self.lines_at), (from, lines.len() as u32)));
         let from = lines.len() as u32;
-        push_line(&mut lines, "BRF:", self.total.branches);
-        push_line(&mut lines, "BRH:", self.total.branches_hit);
-        push_line(&mut lines, "LF:", self.total.lines);
-        push_line(&mut lines, "LH:", self.total.lines_hit);
-        lines.push_str("end_of_record\n");
+        self.push_file_totals(&mut lines);
         let brda_end = self.stretches.last().map_or(self.lines_at, |s| s.brda_end);
         own.push(((brda_end, self.text.len() as u32), (from, lines.len() as u32)));
-        // Each stretch's `DA` lines begin where the last one's end, the
-        // first where `lines_at` is; its `BRDA` lines likewise, the first
-        // where the last stretch's `DA` lines end.
-        let da_start = |k: usize| k.checked_sub(1).map_or(self.lines_at, |before| self.stretches[before].da_end);
-        let brda_start = |k: usize| {
-            k.checked_sub(1).map_or(self.stretches.last().map_or(self.lines_at, |s| s.da_end), |before| self.stretches[before].brda_end)
-        };
         let stretches = fresh.stretches.iter().flat_map(|&(k, da, brda)| {
-            let s = &self.stretches[k];
-            [((da_start(k), s.da_end), &fresh.da, da), ((brda_start(k), s.brda_end), &fresh.brda, brda)]
+            let (s, (da_start, brda_start)) = (&self.stretches[k], self.line_starts(k));
+            [((da_start, s.da_end), &fresh.da, da), ((brda_start, s.brda_end), &fresh.brda, brda)]
         });
-        let edits = || own.iter().map(|&(at, line)| (at, &lines, line)).chain(stretches.clone());
+        let edits: Vec<_> = own.iter().map(|&(at, line)| (at, &lines, line)).chain(stretches).collect();
         let fits = |(from, to): TextRange, len: u32| to.checked_sub(from) == Some(len) && to as usize <= self.text.len();
-        if !edits().all(|(at, _, (from, to))| fits(at, to - from)) {
+        if !edits.iter().all(|&(at, _, (from, to))| fits(at, to - from)) {
             return false;
         }
         let mut text = BytesMut::from(std::mem::take(&mut self.text));
-        for (at, source, new) in edits() {
+        for (at, source, new) in edits {
             text[range(at)].copy_from_slice(&source.as_bytes()[range(new)]);
         }
         self.text = text.freeze();
