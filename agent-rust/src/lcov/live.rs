@@ -270,21 +270,8 @@ impl Kept {
     /// index, place in `coverage`), both by mapping index) read again:
     /// whether a count of them changed.
     fn update_loaded(&mut self, coverage: &Coverage<'_>, functions: &[u32], loaded: &[(usize, usize)]) -> bool {
-        // The shorter one is walked, the other searched.
         let mut changed = false;
-        if functions.len() <= loaded.len() {
-            for (k, &f) in functions.iter().enumerate() {
-                if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                    changed |= self.update(k, &coverage.functions[loaded[l].1]);
-                }
-            }
-        } else {
-            for &(i, at) in loaded {
-                if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
-                    changed |= self.update(k, &coverage.functions[at]);
-                }
-            }
-        }
+        for_loaded(functions, loaded, |k, at| changed |= self.update(k, &coverage.functions[at]));
         changed
     }
 
@@ -310,6 +297,27 @@ impl Kept {
             b.counts = counts;
         }
         changed
+    }
+}
+
+/// Calls `each` with those of a stretch's `functions` that are `loaded`
+/// ((mapping index, place in a `Coverage`); both by mapping index): their
+/// position in `functions` and their place, in order. The shorter one is
+/// walked and the other searched: a stretch has a function or a few, a
+/// record's loaded functions are tens, and a header's stretch has hundreds.
+fn for_loaded(functions: &[u32], loaded: &[(usize, usize)], mut each: impl FnMut(usize, usize)) {
+    if functions.len() <= loaded.len() {
+        for (k, &f) in functions.iter().enumerate() {
+            if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
+                each(k, loaded[l].1);
+            }
+        }
+    } else {
+        for &(i, at) in loaded {
+            if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
+                each(k, at);
+            }
+        }
     }
 }
 
@@ -915,12 +923,10 @@ impl Stretch {
             // Every function of the stretch is in `loaded`.
             spans.clear();
             branches.clear();
-            for &(i, at) in loaded {
-                if functions.binary_search_by_key(&i, |&f| f as usize).is_ok() {
-                    coverage.part_in_file_into(at, file, self.lines, spans, data);
-                    placed_branches(coverage, data, branches, None);
-                }
-            }
+            for_loaded(functions, loaded, |_, at| {
+                coverage.part_in_file_into(at, file, self.lines, spans, data);
+                placed_branches(coverage, data, branches, None);
+            });
             data.segments_of(spans, followed);
             write_placed_branches(&mut fresh.brda, branches.iter().collect());
         }
