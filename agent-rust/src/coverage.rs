@@ -482,8 +482,9 @@ impl<'m> Counted<'m> {
         // doubling is moved each time past the allocator's smaller blocks.
         let (least, most) = indices.size_hint();
         let mut counted = Counted { records: Vec::with_capacity(most.unwrap_or(least)), mismatched: Vec::new() };
+        let mut memo = Vec::new();
         for i in indices {
-            match count_function(mapping, counters, i, mcdc, files) {
+            match count_function(mapping, counters, i, mcdc, files, &mut memo) {
                 Some(Ok(record)) => counted.records.push(record),
                 Some(Err(Mismatch)) => counted.mismatched.push(i),
                 None => {}
@@ -504,6 +505,7 @@ fn count_function<'m>(
     i: usize,
     mcdc: bool,
     files: Option<&[FileName]>,
+    memo: &mut Vec<Memo>,
 ) -> Option<Result<FunctionRecord<'m>, Mismatch>> {
     let f = &mapping.functions[i];
     let (counts, bitmap): (&[u64], &[u8]) = match counters.lookup(i, f.name_ref, f.hash) {
@@ -519,7 +521,7 @@ fn count_function<'m>(
         return None;
     }
     let name = f.name_without_prefix(mapping);
-    count_regions(i, name, f, counts, mcdc.then_some(bitmap), files).map(Ok)
+    count_regions(i, name, f, counts, mcdc.then_some(bitmap), files, memo).map(Ok)
 }
 
 impl crate::mapping::FunctionMapping {
@@ -593,7 +595,9 @@ struct Evaluator<'a> {
     /// Counts of a function the profile does not know are all zero, and
     /// no counter id is out of range.
     all_zero: bool,
-    memo: Vec<Memo>,
+    /// A memo per expression, in a vector the functions of a load reuse
+    /// (a dump counts hundreds).
+    memo: &'a mut Vec<Memo>,
 }
 
 #[derive(Clone, Copy)]
@@ -604,8 +608,10 @@ enum Memo {
 }
 
 impl<'a> Evaluator<'a> {
-    fn new(expressions: &'a [Expression], counts: &'a [u64], all_zero: bool) -> Self {
-        Evaluator { expressions, counts, all_zero, memo: vec![Memo::Unknown; expressions.len()] }
+    fn new(expressions: &'a [Expression], counts: &'a [u64], all_zero: bool, memo: &'a mut Vec<Memo>) -> Self {
+        memo.clear();
+        memo.resize(expressions.len(), Memo::Unknown);
+        Evaluator { expressions, counts, all_zero, memo }
     }
 
     /// `None` when a counter id is out of range (or expressions form a
@@ -652,8 +658,9 @@ fn count_regions<'m>(
     counts: &[u64],
     mcdc_bitmap: Option<&[u8]>,
     files: Option<&[FileName]>,
+    memo: &mut Vec<Memo>,
 ) -> Option<FunctionRecord<'m>> {
-    let mut eval = Evaluator::new(f.expressions(), counts, counts.is_empty());
+    let mut eval = Evaluator::new(f.expressions(), counts, counts.is_empty(), memo);
     let main_file = main_file_id(f.filenames.len(), f.regions());
     let named = |files: &[FileName], id: u32| {
         f.filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())

@@ -707,13 +707,21 @@ impl LiveFile {
     /// The stretches and groups of `changed`, in order (the stretches are
     /// computed, and their lines written, in the order of the text).
     fn reached(&self, changed: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        let mut stretches = Vec::new();
-        let mut groups = Vec::new();
+        // A function has a stretch or two and a group. `changed` ascends:
+        // each search starts where the last one ended.
+        let mut stretches = Vec::with_capacity(changed.len() * 2);
+        let mut groups = Vec::with_capacity(changed.len());
+        let (mut in_stretches, mut in_groups) = (0, 0);
         for &i in changed {
-            let from = self.stretches_of.partition_point(|&(f, _)| (f as usize) < i);
-            let of_i = self.stretches_of[from..].iter().take_while(|&&(f, _)| f as usize == i);
+            let rest = &self.stretches_of[in_stretches..];
+            let from = rest.partition_point(|&(f, _)| (f as usize) < i);
+            let of_i = rest[from..].iter().take_while(|&&(f, _)| f as usize == i);
+            let before = stretches.len();
             stretches.extend(of_i.map(|&(_, k)| k as usize));
-            groups.extend(find(&self.group_of, i));
+            in_stretches += from + stretches.len() - before;
+            let rest = &self.group_of[in_groups..];
+            in_groups += rest.partition_point(|&(f, _)| (f as usize) < i);
+            groups.extend(find(&self.group_of[in_groups..], i));
         }
         for found in [&mut stretches, &mut groups] {
             found.sort_unstable();
