@@ -422,6 +422,21 @@ fn find(index: &[(u32, u32)], i: usize) -> Option<usize> {
     Some(index[k].1 as usize)
 }
 
+/// The first of `sorted` that is not `below`, as `partition_point`, but
+/// searched from the start in steps that double: of the ascending
+/// functions that ran, the next is most often near the last in a record's
+/// indices, where a search of the whole index read memory far apart (a
+/// dump reaches thousands of records' functions).
+fn gallop<T>(sorted: &[T], below: impl Fn(&T) -> bool) -> usize {
+    let mut end = 1;
+    while end <= sorted.len() && below(&sorted[end - 1]) {
+        end *= 2;
+    }
+    // Those before `end / 2` are below.
+    let from = end / 2;
+    from + sorted[from..end.min(sorted.len())].partition_point(below)
+}
+
 /// Pairs sorted into an index for [`find`]; of two for one function, the
 /// later (as a map filled in that order keeps it).
 fn index(mut pairs: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
@@ -713,15 +728,11 @@ impl LiveFile {
         let mut groups = Vec::with_capacity(changed.len());
         let (mut in_stretches, mut in_groups) = (0, 0);
         for &i in changed {
-            let rest = &self.stretches_of[in_stretches..];
-            let from = rest.partition_point(|&(f, _)| (f as usize) < i);
-            let of_i = rest[from..].iter().take_while(|&&(f, _)| f as usize == i);
-            let before = stretches.len();
+            in_stretches += gallop(&self.stretches_of[in_stretches..], |&(f, _)| (f as usize) < i);
+            let of_i = self.stretches_of[in_stretches..].iter().take_while(|&&(f, _)| f as usize == i);
             stretches.extend(of_i.map(|&(_, k)| k as usize));
-            in_stretches += from + stretches.len() - before;
-            let rest = &self.group_of[in_groups..];
-            in_groups += rest.partition_point(|&(f, _)| (f as usize) < i);
-            groups.extend(find(&self.group_of[in_groups..], i));
+            in_groups += gallop(&self.group_of[in_groups..], |&(f, _)| (f as usize) < i);
+            groups.extend(self.group_of.get(in_groups).filter(|&&(f, _)| f as usize == i).map(|&(_, g)| g as usize));
         }
         for found in [&mut stretches, &mut groups] {
             found.sort_unstable();
@@ -941,5 +952,22 @@ impl Stretch {
         let da_from = fresh.da.len() as u32;
         write_lines(&mut fresh.da, &data.segments);
         fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gallop;
+
+    #[test]
+    fn gallop_finds_what_partition_point_finds() {
+        let sorted: Vec<u32> = (0..300).map(|k| k / 3 * 2).collect();
+        for len in [0, 1, 2, 3, 7, 64, 65, 300] {
+            let sorted = &sorted[..len];
+            for key in 0..=210 {
+                let below = |&v: &u32| v < key;
+                assert_eq!(gallop(sorted, below), sorted.partition_point(below), "len {len}, key {key}");
+            }
+        }
     }
 }
