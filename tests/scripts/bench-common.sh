@@ -52,10 +52,16 @@ p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i
 now_ns() { date +%s%N; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
-# free_port: a TCP port nothing on this machine listens on or uses.
+# free_port: a TCP port nothing on this machine listens on or uses, below
+# the kernel's range of ephemeral ports: a benchmark's clients open
+# thousands of connections, and one took a port picked in that range
+# before the server bound it.
 free_port() {
-    local port=$((20000 + RANDOM % 30000))
-    while ss -Htan | awk '{ print $4 }' | grep -q ":$port\$"; do port=$((20000 + RANDOM % 30000)); done
+    local low span port
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    span=$((low > 11000 ? low - 10000 : 1000))
+    port=$((10000 + RANDOM % span))
+    while ss -Htan | awk '{ print $4 }' | grep -q ":$port\$"; do port=$((10000 + RANDOM % span)); done
     echo "$port"
 }
 wait_for() {
