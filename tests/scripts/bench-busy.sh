@@ -20,9 +20,10 @@
 #    `llvm-cov export -format=lcov` of LLVM 22 with the binary, median of
 #    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
 #    the dump is llvm-cov's report byte for byte.
-# 3. Memory: VmRSS of the server with the agent (no dump, and after 1, 10
-#    and 100 dumps under traffic, and 1.5 s after the last, once the agent
-#    rests: see docs/agent.md), each beside that of a server without it
+# 3. Memory: VmRSS of the server with the agent, and its anonymous part
+#    (RssAnon) apart (no dump, once the agent rested after its start;
+#    after 1, 10 and 100 dumps under traffic; 1.5 s after the last, once
+#    it rests again: see docs/agent.md), each beside that of a server without it
 #    after as long a time of the same traffic (redis's own memory grows
 #    with it: 2.9 MiB from 4 s to 45 s), against the size of the binary's
 #    __llvm_covfun section.
@@ -96,7 +97,8 @@ stop_server() {
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
 }
-rss_kib() { awk '/^VmRSS/ { print $2 }' "/proc/$server_pid/status"; }
+# rss_kib [FIELD]: the server's VmRSS (or RssAnon, ...) in KiB.
+rss_kib() { awk -v f="${1:-VmRSS}:" '$1 == f { print $2 }' "/proc/$server_pid/status"; }
 # The CPU time (ns) of the agent's threads (named livecov-*) so far: on two
 # shared cores a dump under traffic waits for a CPU as long as it runs.
 agent_cpu_ns() {
@@ -123,16 +125,18 @@ sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 # reading with the agent is paired with one of a server without it, taken
 # after as long a time of the same traffic.
 traffic_start=0
-# at_rss NAME: VmRSS now, and the seconds of traffic so far, as NAME and
-# NAME_at.
+# at_rss NAME: VmRSS and RssAnon now, and the seconds of traffic so far,
+# as NAME, NAME_anon and NAME_at.
 at_rss() {
     printf -v "$1" '%s' "$(rss_kib)"
+    printf -v "$1_anon" '%s' "$(rss_kib RssAnon)"
     printf -v "$1_at" '%s' "$((($(now_ns) - traffic_start) / 1000000))"
 }
 start_server yes
 traffic_start=$(now_ns)
 traffic 600
-sleep 1
+# The agent rests a second after its start (docs/agent.md).
+sleep 1.5
 at_rss rss_agent
 t_cold=$(dump /dev/null)
 at_rss rss_1
@@ -203,6 +207,7 @@ for point in agent 1 10 100 rest; do
     at_ms_var="rss_${point}_at"
     while [ $((($(now_ns) - traffic_start) / 1000000)) -lt "${!at_ms_var}" ]; do sleep 0.05; done
     printf -v "none_$point" '%s' "$(rss_kib)"
+    printf -v "none_${point}_anon" '%s' "$(rss_kib RssAnon)"
 done
 kill "$traffic_pid" 2>/dev/null || true
 stop_server
@@ -252,12 +257,13 @@ awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "rati
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
 echo "same moment: $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 echo
-printf "%-52s %8s %8s %8s\n" "resident memory (VmRSS), MiB, at seconds of traffic" "without" "with" "added"
-mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+# Anonymous memory apart: the rest of what is added is the agent's code,
+# clean pages of its file that the kernel reclaims first.
+printf "%-52s %8s %8s %8s %8s\n" "resident memory (VmRSS), MiB, at seconds of traffic" "without" "with" "added" "anon"
 memory_row() { # LABEL POINT
-    local with="rss_$2" without="none_$2" at="rss_$2_at"
-    awk -v l="$1" -v s="${!at}" -v w="${!with}" -v n="${!without}" \
-        'BEGIN { printf "%-52s %8.1f %8.1f %8.1f\n", sprintf("%s (%.0f s)", l, s / 1000), n / 1024, w / 1024, (w - n) / 1024 }'
+    local with="rss_$2" without="none_$2" at="rss_$2_at" with_anon="rss_$2_anon" without_anon="none_$2_anon"
+    awk -v l="$1" -v s="${!at}" -v w="${!with}" -v n="${!without}" -v wa="${!with_anon}" -v na="${!without_anon}" \
+        'BEGIN { printf "%-52s %8.1f %8.1f %8.1f %8.1f\n", sprintf("%s (%.0f s)", l, s / 1000), n / 1024, w / 1024, (w - n) / 1024, (wa - na) / 1024 }'
 }
 memory_row "before the first dump" agent
 memory_row "after 1 dump" 1

@@ -289,6 +289,10 @@ impl Agent {
             // Only now: the server's threads, started above, keep the
             // program's priority (see `threads::lower_priority`).
             threads::lower_priority();
+            // What starting ran (the runtime, the socket, the metadata) is
+            // given back as a dump's is, once the agent rests: a program
+            // may run for long before its first dump, or never have one.
+            self.worked();
             let mut next_flush = self.config.flush_every.map(|every| Instant::now() + every);
             loop {
                 let until = |at: Instant| at.saturating_duration_since(Instant::now());
