@@ -3,13 +3,14 @@
 # warm dumps run, found by running them, so that the linker lays them side
 # by side (see that file for why).
 #
-# How: liblivecov (release-native, symbols kept) preloaded into a busy
-# redis (tests/scripts/deps-redis.sh, redis-benchmark running), a first
-# dump, then dumps every 250 ms of what a test run and a collector ask
-# (LCOV and `format=counters`, over the Unix socket and TCP). A uprobe on
-# the entry of every function of the library counts its calls
-# (/sys/kernel/tracing/uprobe_profile) over the next 40 dumps: those
-# called are the warm ones. The threads' own functions, entered once at
+# How: a uprobe on the entry of every function of liblivecov
+# (release-native, symbols kept), which then is preloaded into a busy
+# redis (tests/scripts/deps-redis.sh, redis-benchmark running); a first
+# dump, then 40 dumps of what a test run and a collector ask (LCOV and
+# `format=counters`, over the Unix socket and TCP), 125 ms apart. The
+# functions whose calls (/sys/kernel/tracing/uprobe_profile) grew over
+# those 40 are the warm ones: among them those that make the record of a
+# file whose functions run for the first time since the first dump. The threads' own functions, entered once at
 # start, are added by name. Names are written without their hashes (and
 # crate disambiguators), so that the list goes on matching the functions
 # it named as the code around them changes; run this again when warm
@@ -33,7 +34,10 @@ work="$root/target/warm-code"
 log "building liblivecov (release-native, symbols kept)"
 "${clean_env[@]}" CARGO_TARGET_DIR="$work/target" CARGO_PROFILE_RELEASE_NATIVE_STRIP=false \
     cargo build --quiet -p livecov-native --profile release-native || die "the build of liblivecov failed"
-lib="$work/liblivecov.so"
+# Named otherwise than liblivecov*.so, the agent keeps its pages of code
+# (see agent-native/src/own_module.rs): given back, they would be mapped
+# again from the file, without the uprobes' breakpoints.
+lib="$work/probed.so"
 cp "$work/target/release-native/liblivecov.so" "$lib"
 
 "$root/tests/scripts/deps-redis.sh" >&2 || die "tests/scripts/deps-redis.sh failed"
@@ -59,40 +63,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(free_port)
-agent_port=$(free_port)
-LLVM_PROFILE_FILE="$work/server-%p.profraw" LD_PRELOAD="$lib" LIVECOV_DIR="$cov/dir" LIVECOV_LISTEN="127.0.0.1:$agent_port" \
-    "$bin/redis-server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --logfile "" \
-    >"$work/server.log" 2>&1 </dev/null &
-pids+=($!)
-wait_for 100 "$bin/redis-cli" -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start ($work/server.log)"
-wait_for 100 bash -c "ls '$cov/dir/sockets/'*.sock >/dev/null 2>&1" || die "no agent socket"
-socket=$(ls "$cov/dir/sockets/"*.sock)
-LLVM_PROFILE_FILE="$work/clients-%p.profraw" timeout 600 "$bin/redis-benchmark" -p "$port" -q -l -c 4 \
-    -t set,get,incr,lpush,lpop,hset,lrange_100 -r 10000 >/dev/null 2>&1 &
-pids+=($!)
-sleep 1
-queries=(coverage "coverage?format=counters")
-for q in "${queries[@]}"; do
-    curl -sf --max-time 30 --unix-socket "$socket" -o /dev/null "localhost/$q" || die "the first dump failed"
-done
-# Dumps of every kind until the end, closer than the agent's rest (a
-# rest gives the pages of code back, and the uprobes' breakpoints with
-# them).
-(
-    for _ in $(seq 2000); do
-        for q in "${queries[@]}"; do
-            sleep 0.125
-            curl -s --max-time 30 --unix-socket "$socket" -o /dev/null "localhost/$q" || true
-            sleep 0.125
-            curl -s --max-time 30 -o /dev/null "http://127.0.0.1:$agent_port/$q" || true
-        done
-    done
-) &
-pids+=($!)
-
-# A probe on the entry of each function: its offset in the file, from the
-# executable segment's address and offset.
+# A probe on the entry of each function, set before the program maps the
+# library: its offset in the file, from the executable segment's address
+# and offset.
 read -r seg_offset seg_address < <(readelf -lW "$lib" | awk '$1 == "LOAD" && $8 == "E" { print $2, $3; exit }')
 nm --defined-only "$lib" | awk '$2 == "t" || $2 == "T" { print $1, $3 }' | sort -u -k1,1 >"$work/functions"
 log "$(wc -l <"$work/functions") functions: a uprobe on each"
@@ -105,21 +78,51 @@ remove_probes
 failed=0
 # One definition a write: the kernel takes no more.
 while read -r probe; do echo "$probe" >>"$tracing/uprobe_events" 2>/dev/null || failed=$((failed + 1)); done <"$work/probes"
+[ "$failed" -eq 0 ] || die "$failed probes could not be defined"
 # Those the kernel will not probe (an entry instruction it cannot step
 # over, such as a locked one: tiny functions, a waker's reference count)
-# are taken as warm.
+# are taken as warm. It says so only when a process maps the library:
+# one does while they are enabled (the agent does not start in it).
+LD_PRELOAD="$lib" sleep 60 >/dev/null 2>&1 &
+holder=$!
+pids+=("$holder")
+wait_for 50 grep -q "$lib" "/proc/$holder/maps" || die "no process mapped $lib"
 : >"$work/unprobed"
 for e in "$tracing/events/$group"/f[0-9]*; do
     echo 1 >"$e/enable" 2>/dev/null || echo "${e##*/f}" >>"$work/unprobed"
 done
-[ "$failed" -eq 0 ] || die "$failed probes could not be defined"
+kill "$holder"
 log "$(wc -l <"$work/unprobed") functions could not be probed: taken as warm"
-sleep 2
+
+port=$(free_port)
+agent_port=$(free_port)
+LLVM_PROFILE_FILE="$work/server-%p.profraw" LD_PRELOAD="$lib" LIVECOV_DIR="$cov/dir" LIVECOV_LISTEN="127.0.0.1:$agent_port" \
+    "$bin/redis-server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --logfile "" \
+    >"$work/server.log" 2>&1 </dev/null &
+pids+=($!)
+wait_for 300 "$bin/redis-cli" -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start ($work/server.log)"
+wait_for 300 bash -c "ls '$cov/dir/sockets/'*.sock >/dev/null 2>&1" || die "no agent socket"
+socket=$(ls "$cov/dir/sockets/"*.sock)
+LLVM_PROFILE_FILE="$work/clients-%p.profraw" timeout 600 "$bin/redis-benchmark" -p "$port" -q -l -c 4 \
+    -t set,get,incr,lpush,lpop,hset,lrange_100 -r 10000 >/dev/null 2>&1 &
+pids+=($!)
+sleep 1
+queries=(coverage "coverage?format=counters")
+for q in "${queries[@]}"; do
+    curl -sf --max-time 60 --unix-socket "$socket" -o /dev/null "localhost/$q" || die "the first dump failed"
+done
 # calls: "N COUNT" of each probe fN, from its line "FILE fN COUNT".
 calls() { awk '{ sub(/^f/, "", $2); print $2, $3 }' "$tracing/uprobe_profile"; }
 calls >"$work/before"
-log "40 dumps"
-sleep 10
+log "40 dumps, of every kind"
+for _ in $(seq 10); do
+    for q in "${queries[@]}"; do
+        sleep 0.125
+        curl -s --max-time 60 --unix-socket "$socket" -o /dev/null "localhost/$q" || true
+        sleep 0.125
+        curl -s --max-time 60 -o /dev/null "http://127.0.0.1:$agent_port/$q" || true
+    done
+done
 calls >"$work/after"
 remove_probes
 
