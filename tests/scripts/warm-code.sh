@@ -10,11 +10,12 @@
 # `format=counters`, over the Unix socket and TCP), 125 ms apart. The
 # functions whose calls (/sys/kernel/tracing/uprobe_profile) grew over
 # those 40 are the warm ones: among them those that make the record of a
-# file whose functions run for the first time since the first dump. The threads' own functions, entered once at
-# start, are added by name. Names are written without their hashes (and
-# crate disambiguators), so that the list goes on matching the functions
-# it named as the code around them changes; run this again when warm
-# code is added (`native.rs` checks what stays resident after warm dumps).
+# file whose functions run for the first time since the first dump. The
+# threads' own functions, entered once at start, are added by name. Names
+# are written without their hashes (and crate disambiguators), so that
+# the list goes on matching the functions it named as the code around
+# them changes; run this again when warm code is added (`native.rs`
+# checks what stays resident after warm dumps).
 #
 # Needs root and tracefs (uprobes); a few minutes (a probe hit costs a
 # trap, and warm dumps call these functions millions of times). Loopback
