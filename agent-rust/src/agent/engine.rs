@@ -26,6 +26,9 @@ use std::sync::Arc;
 #[derive(Default)]
 pub struct Engine {
     ids: Vec<ModuleId>,
+    /// The loader's counts of loads and unloads when `ids` was last found
+    /// the modules loaded (see [`modules::load_events`]).
+    ids_at: Option<(u64, u64)>,
     modules: Vec<Module>,
     /// Regions and expressions released between reports: the mapping is
     /// several times the size of the sections it is decoded from, which
@@ -571,10 +574,18 @@ pub struct ReportOptions<'a> {
 impl Engine {
     /// Looks the modules up again; decodes what is new.
     fn refresh(&mut self) -> Result<()> {
-        let ids = modules::loaded_modules();
-        if ids == self.ids {
+        // Read before the list: a module loaded in between makes them
+        // differ at the next look, which lists again.
+        let events = modules::load_events();
+        if events.is_some() && events == self.ids_at {
             return Ok(());
         }
+        let ids = modules::loaded_modules();
+        if ids == self.ids {
+            self.ids_at = events;
+            return Ok(());
+        }
+        self.ids_at = None;
         let mut modules = Vec::new();
         let mut baseline = Vec::new();
         let mut mapping = CoverageMapping::without_regions().leaving_out(self.leave_out.as_deref().unwrap_or_default());
@@ -615,6 +626,7 @@ impl Engine {
         self.mapping_id = None;
         self.decoded = Decoded::default();
         self.ids = ids;
+        self.ids_at = events;
         self.modules = modules;
         self.baseline = baseline;
         self.mapping = mapping;
@@ -719,6 +731,7 @@ impl Engine {
             self.leave_out = Some(options.ignore.to_vec());
             // A mapping read before (for a raw profile) has every function.
             self.ids.clear();
+            self.ids_at = None;
         }
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
