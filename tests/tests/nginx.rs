@@ -21,7 +21,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use livecov_tests::http::{exchange, Response};
+use livecov_tests::http::{exchange, unix_request, Response};
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::livecov_bin;
 use livecov_tests::native::{clean_command, liblivecov};
@@ -401,6 +401,58 @@ impl Drop for Nginx {
 
 fn pids(groups: &[&[u32]]) -> BTreeSet<u32> {
     groups.iter().flat_map(|g| g.iter().copied()).collect()
+}
+
+/// Of the pages wholly inside nginx's `__llvm_prf_data` in process `pid`
+/// (its ends share pages with the sections around it), how many are
+/// resident, and how many there are: from the process's page map.
+fn resident_data_pages(pid: u32) -> (usize, usize) {
+    use object::{Object, ObjectSection};
+    use std::os::unix::fs::FileExt;
+    let image = fs::read(nginx_bin()).expect("read nginx");
+    let file = object::File::parse(&*image).expect("nginx is an object file");
+    let data = file.section_by_name("__llvm_prf_data").expect("nginx's __llvm_prf_data");
+    // nginx is position independent: its first mapping, at offset 0, is
+    // where its addresses start.
+    let path = nginx_bin().canonicalize().expect("nginx's path");
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).expect("the worker's maps");
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(&*path.to_string_lossy()) && l.split_whitespace().nth(2) == Some("00000000"))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .unwrap_or_else(|| panic!("no mapping of {} at offset 0 in:\n{maps}", path.display()));
+    let page = 4096;
+    let (start, end) = ((base + data.address()).div_ceil(page), (base + data.address() + data.size()) / page);
+    let pagemap = fs::File::open(format!("/proc/{pid}/pagemap")).expect("the worker's pagemap");
+    let mut entries = vec![0u8; (end - start) as usize * 8];
+    pagemap.read_exact_at(&mut entries, start * 8).expect("read the pagemap");
+    // Bit 63: present; bit 62: swapped out.
+    let resident = entries.chunks_exact(8).filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 62 != 0).count();
+    (resident, entries.len() / 8)
+}
+
+#[test]
+fn dumps_leave_the_programs_data_section_unread() {
+    // The program reads its `__llvm_prf_data` only to write its profile at
+    // exit; the agent reads it from the file, whose mapping it lets go.
+    let mut n = Nginx::start("data-pages");
+    let worker = n.workers_up(&[])[0];
+    // Reading a page of a file maps the pages around it in the page cache
+    // too (64 KiB), so some of the section is resident from the start.
+    let (before, pages) = resident_data_pages(worker);
+    assert!(pages >= 16 && before < pages, "{before} of {pages} whole pages of nginx's __llvm_prf_data resident: too few left to tell");
+    let instance = find_instance(&n.cov(), "native", worker).expect("the worker's agent");
+    let socket = n.cov().join("sockets").join(format!("{instance}.sock"));
+    for round in 0..3 {
+        n.serve(2);
+        let r = unix_request(&socket, "GET", "/coverage", &[]);
+        assert_eq!(r.status, 200, "dump {round}: {}", r.text());
+        assert!(static_count(&r.text()) > 0, "dump {round} counts no request");
+    }
+    let (after, _) = resident_data_pages(worker);
+    eprintln!("nginx's __llvm_prf_data: {before} of {pages} pages resident before 3 dumps, {after} after");
+    // Read in memory, the whole section was (21 of 21 pages, 12 before).
+    assert!(after < pages, "dumps made the {pages} pages of nginx's __llvm_prf_data resident ({before} before)");
 }
 
 #[test]

@@ -659,8 +659,10 @@ impl Engine {
         &self.modules
     }
 
-    /// Counters of every module now, minus the baseline.
-    fn snapshot(&mut self) -> Result<Vec<Snapshot>> {
+    /// Counters of every module now, minus the baseline. The data sections
+    /// are read from the modules' files, but for a `raw` profile, which
+    /// carries them as the program has them (see `Module::snapshot`).
+    fn snapshot(&mut self, raw: bool) -> Result<Vec<Snapshot>> {
         self.refresh()?;
         if self.modules.is_empty() {
             return Err(Error::Unsupported(
@@ -674,8 +676,9 @@ impl Engine {
             let Some(_pin) = Pin::new(&m.id, self.is_main(m)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
+            let file = if raw { None } else { map_file(&m.id, self.is_main(m)).ok() };
             // Safety: pinned above.
-            let mut snap = unsafe { m.snapshot() };
+            let mut snap = unsafe { m.snapshot(file.as_deref()) };
             if let Some(base) = &self.baseline[i] {
                 subtract(&mut snap.counters, base);
             }
@@ -762,7 +765,7 @@ impl Engine {
 
         // Everything again: decode every record of a full snapshot.
         self.whole_work = true;
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(false)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1200,7 +1203,7 @@ impl Engine {
     /// dump, would make no two answers alike). Computed whole each time.
     pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
         self.whole_work = true;
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(false)?;
         let mut mapping = CoverageMapping::new().leaving_out(options.ignore);
         let mut counters = Counters::new();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
@@ -1237,7 +1240,7 @@ impl Engine {
                 )));
             }
         }
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(true)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1264,7 +1267,7 @@ impl Engine {
     /// The counters of every module now (since the last reset), gzipped
     /// (see `crate::fleet`), and the id of the build mapping they go with.
     pub fn counters(&mut self, reset: bool, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(false)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1288,7 +1291,7 @@ impl Engine {
 
     /// The build mapping, uncompressed, and its id (kept for `counters`).
     fn mapping_document(&mut self, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(false)?;
         let images = self
             .modules
             .iter()
@@ -1330,7 +1333,7 @@ impl Engine {
 
     /// Records the current counts as the new zero.
     pub fn reset(&mut self) -> Result<()> {
-        let snapshots = self.snapshot()?;
+        let snapshots = self.snapshot(false)?;
         self.rebase(&snapshots);
         Ok(())
     }
