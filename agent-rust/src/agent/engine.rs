@@ -12,7 +12,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use hyper::body::Bytes;
 
-use super::modules::{self, CounterRange, Module, ModuleId, Pin, Snapshot};
+use super::modules::{self, CounterRange, DataFrom, Module, ModuleId, Pin, Snapshot};
 use super::server::Chunks;
 use crate::coverage::{CounterSource, Coverage};
 use crate::error::{Error, Result};
@@ -57,6 +57,16 @@ pub struct Engine {
     whole_work: bool,
     /// See `Config::scratch`; set by the agent.
     pub scratch: Option<fn(bool)>,
+}
+
+/// What [`Engine::snapshot`] reads of the modules' data sections (see
+/// `modules::DataFrom`): a report decodes their records from the files, a
+/// raw profile carries them as in memory, counters and resets need none.
+#[derive(Clone, Copy)]
+enum Data {
+    None,
+    FromFiles,
+    InMemory,
 }
 
 /// Scratch memory on while it lives (see `Config::scratch`).
@@ -659,10 +669,9 @@ impl Engine {
         &self.modules
     }
 
-    /// Counters of every module now, minus the baseline. The data sections
-    /// are read from the modules' files, but for a `raw` profile, which
-    /// carries them as the program has them (see `Module::snapshot`).
-    fn snapshot(&mut self, raw: bool) -> Result<Vec<Snapshot>> {
+    /// Counters of every module now, minus the baseline, and the data
+    /// sections as `data` says.
+    fn snapshot(&mut self, data: Data) -> Result<Vec<Snapshot>> {
         self.refresh()?;
         if self.modules.is_empty() {
             return Err(Error::Unsupported(
@@ -676,9 +685,17 @@ impl Engine {
             let Some(_pin) = Pin::new(&m.id, self.is_main(m)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
-            let file = if raw { None } else { map_file(&m.id, self.is_main(m)).ok() };
+            let file = match data {
+                Data::FromFiles => map_file(&m.id, self.is_main(m)).ok(),
+                Data::None | Data::InMemory => None,
+            };
+            let from = match (data, &file) {
+                (Data::None, _) => DataFrom::Nowhere,
+                (Data::FromFiles, Some(file)) => DataFrom::File(file),
+                (Data::FromFiles, None) | (Data::InMemory, _) => DataFrom::Memory,
+            };
             // Safety: pinned above.
-            let mut snap = unsafe { m.snapshot(file.as_deref()) };
+            let mut snap = unsafe { m.snapshot(from) };
             if let Some(base) = &self.baseline[i] {
                 subtract(&mut snap.counters, base);
             }
@@ -765,7 +782,7 @@ impl Engine {
 
         // Everything again: decode every record of a full snapshot.
         self.whole_work = true;
-        let snapshots = self.snapshot(false)?;
+        let snapshots = self.snapshot(Data::FromFiles)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1203,7 +1220,7 @@ impl Engine {
     /// dump, would make no two answers alike). Computed whole each time.
     pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
         self.whole_work = true;
-        let snapshots = self.snapshot(false)?;
+        let snapshots = self.snapshot(Data::FromFiles)?;
         let mut mapping = CoverageMapping::new().leaving_out(options.ignore);
         let mut counters = Counters::new();
         for (m, snap) in self.modules.iter().zip(&snapshots) {
@@ -1240,7 +1257,7 @@ impl Engine {
                 )));
             }
         }
-        let snapshots = self.snapshot(true)?;
+        let snapshots = self.snapshot(Data::InMemory)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1267,7 +1284,7 @@ impl Engine {
     /// The counters of every module now (since the last reset), gzipped
     /// (see `crate::fleet`), and the id of the build mapping they go with.
     pub fn counters(&mut self, reset: bool, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
-        let snapshots = self.snapshot(false)?;
+        let snapshots = self.snapshot(Data::None)?;
         if reset {
             self.rebase(&snapshots);
         }
@@ -1291,7 +1308,7 @@ impl Engine {
 
     /// The build mapping, uncompressed, and its id (kept for `counters`).
     fn mapping_document(&mut self, settings: &ReportSettings<'_>) -> Result<(Vec<u8>, String)> {
-        let snapshots = self.snapshot(false)?;
+        let snapshots = self.snapshot(Data::FromFiles)?;
         let images = self
             .modules
             .iter()
@@ -1333,7 +1350,7 @@ impl Engine {
 
     /// Records the current counts as the new zero.
     pub fn reset(&mut self) -> Result<()> {
-        let snapshots = self.snapshot(false)?;
+        let snapshots = self.snapshot(Data::None)?;
         self.rebase(&snapshots);
         Ok(())
     }

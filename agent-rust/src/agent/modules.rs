@@ -230,23 +230,40 @@ fn guess_version(file: &object::File<'_>) -> u64 {
     }
 }
 
-impl Module {
-    /// Copies the counters (and bitmap) now, and the data section: from
-    /// `file`, the module's file mapped, when given and its bytes there are
-    /// those in memory (see `data_in_file`). The program itself reads its
-    /// data section only to write its profile at exit: read in memory, the
+/// Where [`Module::snapshot`] reads the data section from.
+pub enum DataFrom<'a> {
+    /// Nowhere: the counters alone are wanted (a reset, `format=counters`).
+    Nowhere,
+    /// The module's file, mapped: when its bytes there are those in memory
+    /// (see `data_in_file`), else memory. The program itself reads its data
+    /// section only to write its profile at exit: read in memory, the
     /// section's pages (64 bytes a function: 282 KiB of redis's) would stay
     /// resident in the program for good, where those of a mapping of the
     /// file go with it.
+    File(&'a [u8]),
+    /// Memory, as the program has it: a raw profile carries it so.
+    Memory,
+}
+
+impl Module {
+    /// Copies the counters (and bitmap) now, and the data section (see
+    /// [`DataFrom`]).
     ///
     /// Safety: the module must stay loaded while this runs (the caller pins
     /// shared objects with `dlopen(RTLD_NOLOAD)`).
-    pub unsafe fn snapshot(&self, file: Option<&[u8]>) -> Snapshot {
-        let in_file = file.zip(self.data_in_file.clone()).and_then(|(file, range)| file.get(range));
+    pub unsafe fn snapshot(&self, data: DataFrom<'_>) -> Snapshot {
+        let data = match data {
+            DataFrom::Nowhere => Vec::new(),
+            DataFrom::File(file) => match self.data_in_file.clone().and_then(|range| file.get(range)) {
+                Some(bytes) => bytes.to_vec(),
+                None => unsafe { read_live(self.data, false) },
+            },
+            DataFrom::Memory => unsafe { read_live(self.data, false) },
+        };
         Snapshot {
             counters: unsafe { read_live(self.counters, self.layout.variant.byte_coverage) },
             bitmap: unsafe { read_live(self.bitmap, true) },
-            data: in_file.map_or_else(|| unsafe { read_live(self.data, false) }, <[u8]>::to_vec),
+            data,
         }
     }
 
