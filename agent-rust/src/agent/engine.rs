@@ -685,14 +685,11 @@ impl Engine {
             let Some(_pin) = Pin::new(&m.id, self.is_main(m)) else {
                 return Err(Error::Mismatch(format!("{} was unloaded during the snapshot", m.id.path.display())));
             };
-            let file = match data {
-                Data::FromFiles => map_file(&m.id, self.is_main(m)).ok(),
-                Data::None | Data::InMemory => None,
-            };
-            let from = match (data, &file) {
+            let file = matches!(data, Data::FromFiles).then(|| map_file(&m.id, self.is_main(m)).ok()).flatten();
+            let from = match (data, file.as_deref()) {
                 (Data::None, _) => DataFrom::Nowhere,
                 (Data::FromFiles, Some(file)) => DataFrom::File(file),
-                (Data::FromFiles, None) | (Data::InMemory, _) => DataFrom::Memory,
+                _ => DataFrom::Memory,
             };
             // Safety: pinned above.
             let mut snap = unsafe { m.snapshot(from) };
