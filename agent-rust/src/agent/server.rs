@@ -485,10 +485,12 @@ fn spawn(
         .enable_time()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .thread_name("livecov-agent-blocking")
+        .on_thread_start(super::threads::ask_for_short_slices)
         .build()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let thread = super::threads::spawn("livecov-agent", move || {
+        super::threads::ask_for_short_slices();
         let run = AssertUnwindSafe(|| {
             runtime.block_on(async move {
                 // Registering with the reactor needs the runtime's context.
