@@ -11,7 +11,10 @@
 #    work and requests to catch up on (curl's time_total: the whole answer,
 #    1.8 MB of LCOV, included, and discarded: writing it to a file would
 #    add curl's own time); then as many with the timers only (no
-#    traffic). p50 and p95 of each.
+#    traffic). p50 and p95 of each. Beside them, curl's floor: the same
+#    bytes (the held dump's, below) fetched as often from a trivial server
+#    (bench-common.sh's serve_file) while the same traffic runs against a
+#    server without the agent.
 # 2. The peer on the same snapshot: the server held still (`DEBUG SLEEP`),
 #    its `?format=profraw` before and after (they must be the same bytes),
 #    and between them one dump; then dumps of the held server, where
@@ -46,7 +49,7 @@ rounds=${BENCH_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-busy: $*" >&2; }
 die() { log "$*"; exit 1; }
-install_tools curl=curl ss=iproute2
+install_tools curl=curl ss=iproute2 python3=python3
 
 # --- builds --------------------------------------------------------------------
 sources_of "${BENCH_BUSY_REV:-}" bench-busy
@@ -199,17 +202,23 @@ cmp -s "$work/llvm.lcov" "$work/held.lcov" && identical=yes
 kill "$traffic_pid" 2>/dev/null || true
 stop_server
 
-log "the same traffic without the agent, for its memory at the same times"
+log "the same traffic without the agent, for its memory at the same times, and curl's floor"
 start_server no
 traffic_start=$(now_ns)
 traffic 600
+serve_file "$cov/floor.sock" "$work/held.lcov"
+pids+=("$floor_pid")
+( sleep 1.5; floor_times "$cov/floor.sock" "$dumps" "$gap_ms" >"$work/t_floor" ) &
+floor_loop=$!
+pids+=("$floor_loop")
 for point in agent 1 10 100 rest; do
     at_ms_var="rss_${point}_at"
     while [ $((($(now_ns) - traffic_start) / 1000000)) -lt "${!at_ms_var}" ]; do sleep 0.05; done
     printf -v "none_$point" '%s' "$(rss_kib)"
     printf -v "none_${point}_anon" '%s' "$(rss_kib RssAnon)"
 done
-kill "$traffic_pid" 2>/dev/null || true
+wait "$floor_loop" || true
+kill "$floor_pid" "$traffic_pid" 2>/dev/null || true
 stop_server
 
 # --- 4: throughput -----------------------------------------------------------------
@@ -247,6 +256,7 @@ echo "redis-benchmark (7 commands, 4 clients) running; dumps ${gap_ms} ms apart,
 echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the same snapshot, median of $runs; load after: $(load) on $(nproc) CPUs"
 printf "%-62s %10s %10s\n" "what" "p50" "p95"
 printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(p95 <"$work/t_busy")"
+printf "%-62s %10.2f %10.2f\n" "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
 printf "%-62s %10.2f %10.2f\n" "dump with the timers only, ms ($dumps)" "$(median <"$work/t_timers")" "$(p95 <"$work/t_timers")"
 awk -v n="$cpu_busy" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic (mean, schedstat), ms", n / 1e6, "-" }'
 awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'

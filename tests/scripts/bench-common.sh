@@ -74,6 +74,43 @@ wait_for() {
     return 1
 }
 
+# --- curl's floor (bench-busy.sh, bench-rust-busy.sh) -------------------------
+# serve_file SOCKET FILE: a trivial HTTP server on a Unix socket that
+# answers every request with FILE's bytes in one write, into a send buffer
+# as large as the agent asks for; its pid in $floor_pid. Fetched by curl
+# under the same load as a dump, a report of that size from it takes the
+# least time a dump can: the rest of a dump's time is the agent's.
+serve_file() {
+    python3 - "$1" "$2" <<'EOF' &
+import socket, sys
+path, body = sys.argv[1], open(sys.argv[2], "rb").read()
+answer = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(16)
+while True:
+    client, _ = server.accept()
+    with client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        client.settimeout(10)
+        try:
+            client.recv(65536)
+            client.sendall(answer)
+        except OSError:
+            pass
+EOF
+    floor_pid=$!
+    wait_for 50 test -S "$1" || { echo "$(basename "$0"): the trivial server did not start" >&2; exit 1; }
+}
+# floor_times SOCKET COUNT GAP_MS: COUNT fetches from serve_file's server,
+# GAP_MS apart, as dumps are; curl's time_total of each in ms, one a line.
+floor_times() {
+    for _ in $(seq "$2"); do
+        sleep "$(awk -v m="$3" 'BEGIN { printf "%.3f", m / 1000 }')"
+        curl -s --max-time 30 --unix-socket "$1" -o /dev/null -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
+    done
+}
+
 # --- livecov convert against LLVM's own pipeline (bench.sh, bench-convert-cli.sh)
 # These use the caller's $livecov, $bin, $profraws (an array), $work and
 # $runs, with $profdata and $llvm_cov from above.

@@ -21,7 +21,9 @@
 #    the last (curl's time_total), p50 and p95: the service under traffic,
 #    then both with their background work only; the agent's CPU time per
 #    dump (the schedstat of its threads, named livecov*); the first (cold)
-#    dump.
+#    dump. For mini-redis, curl's floor beside them: its report's bytes
+#    fetched as often from a trivial server (bench-common.sh's serve_file)
+#    while the same traffic runs against the server without the agent.
 # 2. The peer on the same snapshot: the program held still (the service's
 #    /hold, `hold` on large's stdin), `?format=profraw` before and after one
 #    dump, then `llvm-profdata merge -sparse` and `llvm-cov export
@@ -61,7 +63,7 @@ rounds=${BENCH_RUST_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-rust-busy: $*" >&2; }
 die() { log "$*"; exit 1; }
-install_tools curl=curl wrk=wrk objdump=binutils flock=util-linux redis-benchmark=redis-tools ss=iproute2
+install_tools curl=curl wrk=wrk objdump=binutils flock=util-linux redis-benchmark=redis-tools ss=iproute2 python3=python3
 log "load average before the runs: $(load) on $(nproc) CPUs"
 
 # --- builds --------------------------------------------------------------------
@@ -544,6 +546,17 @@ sleep 0.5
 peer "$mr_sock" "$work/mini-redis-server"
 kill "$mr_pid"
 stop "$mr_pid"
+log "curl's floor: the report's bytes from a trivial server, the same traffic against $mini_redis without the agent"
+start_mini_redis floor no
+mr_traffic
+serve_file "$work/floor.sock" "$work/held.lcov"
+pids+=("$floor_pid")
+sleep 1
+floor_times "$work/floor.sock" "$dumps" "$gap_ms" >"$work/t_floor"
+kill "$floor_pid" 2>/dev/null || true
+end_mr_traffic
+kill "$mr_pid"
+stop "$mr_pid"
 mr_reported=$(grep -c '^SF:' "$work/held.lcov")
 p50=$(median <"$work/t_busy")
 
@@ -555,6 +568,7 @@ echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the sam
 echo "load after: $(load) on $(nproc) CPUs"
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump under traffic, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
+row "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
 row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
 peer_rows
 ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
