@@ -879,26 +879,31 @@ async fn coverage(ctx: &Arc<Ctx>, q: CoverageQuery) -> Outcome {
         return blocking(ctx, "coverage", move || svc.coverage(&q).map(convert)).await;
     }
     let key = (q.test.clone(), q.format);
-    let mut rx = {
+    let (mut rx, started) = {
         let mut map = lock(&ctx.flights);
         match map.get(&key) {
-            Some(rx) => rx.clone(),
+            Some(rx) => (rx.clone(), None),
             None => {
                 let (tx, rx) = watch::channel(None);
                 map.insert(key.clone(), rx.clone());
-                let (svc, flights, mine, key) = (ctx.service.clone(), ctx.flights.clone(), rx.clone(), key.clone());
-                // The computation owns its map entry: it ends it whether or
-                // not the requests that wait for it are still there.
-                tokio::task::spawn_blocking(move || {
-                    let out = guarded("coverage", || svc.coverage(&q).map(convert));
-                    remove_flight(&flights, &key, &mine);
-                    drop(mine);
-                    let _ = tx.send(Some(out));
-                });
-                rx
+                (rx.clone(), Some((tx, rx)))
             }
         }
     };
+    // Started once the map is unlocked: the thread that computes may run
+    // at once, and the first thing it would do with a quick answer is to
+    // lock the map, held by this thread it just took the CPU from.
+    if let Some((tx, mine)) = started {
+        let (svc, flights, key) = (ctx.service.clone(), ctx.flights.clone(), key.clone());
+        // The computation owns its map entry: it ends it whether or not
+        // the requests that wait for it are still there.
+        tokio::task::spawn_blocking(move || {
+            let out = guarded("coverage", || svc.coverage(&q).map(convert));
+            remove_flight(&flights, &key, &mine);
+            drop(mine);
+            let _ = tx.send(Some(out));
+        });
+    }
     let waited = tokio::time::timeout(ctx.limits.request_timeout, async {
         rx.wait_for(Option::is_some).await.map(|v| v.clone()).ok().flatten()
     })
