@@ -121,7 +121,6 @@ traffic() {
     traffic_pid=$!
     pids+=("$traffic_pid")
 }
-sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 
 # --- 1 and 3: dumps under traffic, and memory -----------------------------------
 # The server's own memory grows under traffic (its keys and lists): each

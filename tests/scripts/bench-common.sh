@@ -73,6 +73,8 @@ wait_for() {
     done
     return 1
 }
+# sleep_ms MS: sleeps MS milliseconds.
+sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 
 # --- curl's floor (bench-busy.sh, bench-rust-busy.sh) -------------------------
 # serve_file SOCKET FILE: a trivial HTTP server on a Unix socket that
@@ -106,7 +108,7 @@ EOF
 # GAP_MS apart, as dumps are; curl's time_total of each in ms, one a line.
 floor_times() {
     for _ in $(seq "$2"); do
-        sleep "$(awk -v m="$3" 'BEGIN { printf "%.3f", m / 1000 }')"
+        sleep_ms "$3"
         curl -s --max-time 30 --unix-socket "$1" -o /dev/null -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
     done
 }

@@ -196,7 +196,6 @@ dump() {
         die "GET /coverage${3:-} failed"
     awk -v t="$t" 'BEGIN { printf "%.3f\n", t * 1000 }'
 }
-sleep_ms() { sleep "$(awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }')"; }
 ms_since() { echo $((($(now_ns) - $1) / 1000)) | awk '{ printf "%.3f\n", $1 / 1000 }'; }
 covfun_bytes() {
     local hex

@@ -66,20 +66,25 @@ pub fn lower_priority() {
 /// [`lower_priority`]).
 pub fn ask_for_short_slices() {
     const SLICE_NS: u64 = 100_000;
+    let Some(mut attr) = scheduling().filter(|a| a.sched_policy == libc::SCHED_OTHER as u32) else { return };
+    attr.sched_runtime = SLICE_NS;
+    // Safety: sched_setattr on the calling thread (0), with a struct of the
+    // size it says. A refusal (a seccomp filter) leaves the thread as it
+    // was, which works.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0) };
+}
+
+/// The calling thread's scheduling attributes (`None` where the kernel
+/// refuses them), their size set for `sched_setattr`.
+fn scheduling() -> Option<libc::sched_attr> {
     let size = std::mem::size_of::<libc::sched_attr>();
-    // Safety: sched_getattr and sched_setattr on the calling thread (0),
-    // with a struct of the size given; the kernel fills it before it is
-    // read. A refusal (a seccomp filter, an old kernel) leaves the thread
-    // as it was, which works.
+    // Safety: sched_getattr on the calling thread (0) fills a struct of the
+    // size given; it is read only then.
     unsafe {
         let mut attr: libc::sched_attr = std::mem::zeroed();
         let got = libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut libc::sched_attr, size as libc::c_uint, 0);
-        if got != 0 || attr.sched_policy != libc::SCHED_OTHER as u32 {
-            return;
-        }
         attr.size = size as u32;
-        attr.sched_runtime = SLICE_NS;
-        libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const libc::sched_attr, 0);
+        (got == 0).then_some(attr)
     }
 }
 
@@ -142,16 +147,8 @@ mod tests {
         assert_eq!(blocked_in_this_thread(libc::SIGUSR1), before);
     }
 
-    /// The calling thread's scheduling attributes.
     fn attributes() -> libc::sched_attr {
-        // Safety: as in `ask_for_short_slices`.
-        unsafe {
-            let mut attr: libc::sched_attr = std::mem::zeroed();
-            let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
-            let got = libc::syscall(libc::SYS_sched_getattr, 0, &mut attr as *mut libc::sched_attr, size, 0);
-            assert_eq!(got, 0, "sched_getattr: {}", io::Error::last_os_error());
-            attr
-        }
+        scheduling().unwrap_or_else(|| panic!("sched_getattr: {}", io::Error::last_os_error()))
     }
 
     #[test]
