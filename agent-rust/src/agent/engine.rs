@@ -1130,6 +1130,14 @@ impl Engine {
         let chunk = if self.mapping.objects() > 1 { all.len().max(1) } else { PART_FUNCTIONS };
         for some in all.chunks(chunk) {
             self.restore(some)?;
+            // The functions counted and the parts read from them come from
+            // scratch memory: all of it is dropped once the stretches keep
+            // their parts, made after them. From the arena, it left the
+            // holes of a peak around the parts kept (redis under traffic:
+            // the arena at 4.35 MB from the third dump on, against 4.09 MB
+            // after 100 dumps this way). Not the decoded regions: those of
+            // the functions that ran stay decoded for the next dumps.
+            let scratch = Scratch::on(self.scratch);
             let counts = MergedCounts(&self.last);
             let coverage = Coverage::of_functions(&self.mapping, &counts, some.iter().copied());
             let index_of = coverage.places();
@@ -1144,6 +1152,7 @@ impl Engine {
             }
             drop(work);
             drop(coverage);
+            drop(scratch);
             self.release_done(some);
         }
         for (file, k, _, parts) in unkept {
