@@ -143,6 +143,7 @@ pub struct Work<'m> {
     branches: Vec<PlacedBranch>,
     mask: Vec<u64>,
     fresh: Fresh,
+    parts: Parts,
 }
 
 /// A stretch computed again by a dump (from the second dump that reaches
@@ -176,48 +177,54 @@ struct Kept {
     branches: u32,
 }
 
-/// One function's part of a stretch, as [`Kept::new`] reads it: its
-/// regions and branches, and where each is in its record.
+/// The parts of a stretch's functions, one after another, as [`Kept::new`]
+/// reads them: their regions and branches, where each is in its function's
+/// record, and where each function's end. Read a few functions at a time
+/// (see [`LiveFile::unkept`]), or all at once into a dump's [`Work`].
 #[derive(Default)]
-struct Part {
+pub struct Parts {
     spans: Vec<Span>,
     region_positions: Vec<u32>,
     branches: Vec<PlacedBranch>,
     branch_positions: Vec<u32>,
+    /// Per function: where its regions end, and where its branches end.
+    ends: Vec<(u32, u32)>,
 }
 
-impl Part {
-    /// The part in `lines` of `file` of the function at `at` in `coverage`
-    /// (none when it was not loaded: left out of reports).
-    fn read<'m>(
+impl Parts {
+    /// Adds the part in `lines` of `file` of the function at `at` in
+    /// `coverage` (none when it was not loaded: left out of reports).
+    fn push<'m>(
+        &mut self,
         coverage: &Coverage<'m>,
         at: Option<usize>,
         file: FileName,
         lines: (u32, u32),
         data: &mut CoverageData<'m>,
-    ) -> Part {
-        let mut part = Part::default();
+    ) {
         if let Some(at) = at {
-            coverage.part_in_file_into(at, file, lines, &mut part.spans, data);
-            part.region_positions = std::mem::take(&mut data.region_positions);
-            placed_branches(coverage, data, &mut part.branches, Some(&mut part.branch_positions));
+            coverage.part_in_file_into(at, file, lines, &mut self.spans, data);
+            self.region_positions.extend_from_slice(&data.region_positions);
+            placed_branches(coverage, data, &mut self.branches, Some(&mut self.branch_positions));
         }
-        part
+        self.ends.push((self.spans.len() as u32, self.branches.len() as u32));
+    }
+
+    fn clear(&mut self) {
+        self.spans.clear();
+        self.region_positions.clear();
+        self.branches.clear();
+        self.branch_positions.clear();
+        self.ends.clear();
     }
 }
 
-/// The parts of a stretch's functions, read a few functions at a time (see
-/// [`LiveFile::unkept`]).
-#[derive(Default)]
-pub struct Parts(Vec<Part>);
-
 impl Kept {
-    /// Of the functions' parts: `parts[k]` is function `k`'s.
-    fn new(parts: &[Part], followed: bool) -> Kept {
-        let spans: Vec<Span> = parts.iter().flat_map(|p| p.spans.iter().copied()).collect();
-        let (shape, slot_of) = Shape::new(&spans, followed);
-        let all_branches = || parts.iter().flat_map(|p| &p.branches);
-        let mut branches: Vec<(&BranchPath, usize)> = all_branches().enumerate().map(|(at, b)| (&b.path, at)).collect();
+    /// Of the functions' `parts`.
+    fn new(parts: &Parts, followed: bool) -> Kept {
+        let spans = &parts.spans;
+        let (shape, slot_of) = Shape::new(spans, followed);
+        let mut branches: Vec<(&BranchPath, usize)> = parts.branches.iter().enumerate().map(|(at, b)| (&b.path, at)).collect();
         branches.sort();
         let mut place_of = vec![0u32; branches.len()];
         let mut places: Vec<(u32, u64, u64)> = Vec::new();
@@ -229,14 +236,14 @@ impl Kept {
             }
             place_of[at] = (places.len() - 1) as u32;
         }
-        let (regions, branches, functions) = (spans.len(), branches.len(), parts.len());
+        let (regions, branches, functions) = (spans.len(), branches.len(), parts.ends.len());
         let mut small = Vec::with_capacity(2 * (regions + branches + functions));
-        small.extend(parts.iter().flat_map(|p| &p.region_positions));
+        small.extend(&parts.region_positions);
         small.extend(&slot_of);
-        small.extend(parts.iter().flat_map(|p| &p.branch_positions));
+        small.extend(&parts.branch_positions);
         small.extend(&place_of);
-        small.extend(ends(parts.iter().map(|p| p.spans.len())));
-        small.extend(ends(parts.iter().map(|p| p.branches.len())));
+        small.extend(parts.ends.iter().map(|e| e.0));
+        small.extend(parts.ends.iter().map(|e| e.1));
         let slots = slot_of.iter().filter(|&&s| s != NO_SLOT).max().map_or(0, |&s| s as usize + 1);
         let mut wide = Vec::with_capacity(slots + regions + 2 * branches);
         wide.resize(slots, 0u64);
@@ -246,7 +253,7 @@ impl Kept {
                 *sum = sum.wrapping_add(s.count());
             }
         }
-        for (b, &place) in all_branches().zip(&place_of) {
+        for (b, &place) in parts.branches.iter().zip(&place_of) {
             wide.extend([b.count, b.false_count]);
             let sum = &mut places[place as usize];
             (sum.1, sum.2) = (sum.1.wrapping_add(b.count), sum.2.wrapping_add(b.false_count));
@@ -331,14 +338,6 @@ fn for_loaded(functions: &[u32], loaded: &[(usize, usize)], mut each: impl FnMut
             }
         }
     }
-}
-
-/// The ends of runs of these lengths, one after the other.
-fn ends(lens: impl Iterator<Item = usize>) -> impl Iterator<Item = u32> {
-    lens.scan(0, |end, len| {
-        *end += len as u32;
-        Some(*end)
-    })
 }
 
 /// Where run `k` is, of runs that end at `ends` (as [`Kept`]'s).
@@ -631,7 +630,7 @@ impl LiveFile {
     ) {
         for i in functions {
             let at = index_of.get(i).copied();
-            parts.0.push(Part::read(coverage, at, self.file, self.stretches[k].lines, &mut work.data));
+            parts.push(coverage, at, self.file, self.stretches[k].lines, &mut work.data);
         }
     }
 
@@ -639,7 +638,7 @@ impl LiveFile {
     pub fn keep_parts(&mut self, k: usize, parts: Parts) {
         let followed = k + 1 < self.stretches.len();
         let stretch = &mut self.stretches[k];
-        stretch.kept = Some(Box::new(Kept::new(&parts.0, followed)));
+        stretch.kept = Some(Box::new(Kept::new(&parts, followed)));
         stretch.kept_now = true;
     }
 
@@ -934,21 +933,19 @@ impl Stretch {
         keep: bool,
         work: &mut Work<'m>,
     ) {
-        let Work { data, spans, branches, fresh, .. } = work;
+        let Work { data, spans, branches, fresh, parts, .. } = work;
         let brda_from = fresh.brda.len() as u32;
         let new_kept = keep && self.kept.is_none();
         if new_kept {
             // Kept from the first dump after the first: the first one
             // computes every stretch once and should cost no more than that.
             // Every function of the stretch is in `loaded` this time.
-            let parts: Vec<Part> = functions
-                .iter()
-                .map(|&f| {
-                    let at = loaded.binary_search_by_key(&(f as usize), |l| l.0).ok().map(|l| loaded[l].1);
-                    Part::read(coverage, at, file, self.lines, data)
-                })
-                .collect();
-            self.kept = Some(Box::new(Kept::new(&parts, followed)));
+            parts.clear();
+            for &f in functions {
+                let at = loaded.binary_search_by_key(&(f as usize), |l| l.0).ok().map(|l| loaded[l].1);
+                parts.push(coverage, at, file, self.lines, data);
+            }
+            self.kept = Some(Box::new(Kept::new(parts, followed)));
         }
         let kept_now = new_kept || std::mem::take(&mut self.kept_now);
         if let Some(kept) = &mut self.kept {
