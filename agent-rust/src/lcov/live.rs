@@ -249,8 +249,9 @@ impl Kept {
         wide.resize(slots, 0u64);
         for (s, &slot) in spans.iter().zip(&slot_of) {
             wide.push(s.count());
-            if let Some(sum) = wide.get_mut(slot as usize).filter(|_| (slot as usize) < slots) {
-                *sum = sum.wrapping_add(s.count());
+            // Slots come first; a region of no slot has NO_SLOT, past them.
+            if (slot as usize) < slots {
+                wide[slot as usize] = wide[slot as usize].wrapping_add(s.count());
             }
         }
         for (b, &place) in parts.branches.iter().zip(&place_of) {
