@@ -65,8 +65,6 @@ impl CountedRegion<'_> {
 pub struct FunctionRecord<'m> {
     /// Its index in the mapping's functions.
     pub mapping_index: usize,
-    /// The name without a leading `\x01` or the prefix of its own file name.
-    pub name: &'m str,
     pub filenames: &'m [FileName],
     /// Non-branch regions and branch regions, each in mapping order: file
     /// id by file id, which finds those of one file id by a search.
@@ -281,6 +279,12 @@ impl<'m> Coverage<'m> {
         files.dedup();
         files.sort_by(|a, b| self.mapping.file_name(*a).cmp(self.mapping.file_name(*b)));
         files
+    }
+
+    /// The name llvm-cov shows of a loaded function. Found when asked: a
+    /// live dump counts hundreds of functions whose names it has already.
+    pub fn name_of(&self, f: &FunctionRecord<'m>) -> &'m str {
+        self.mapping.functions[f.mapping_index].name_without_prefix(self.mapping)
     }
 
     /// Indices into `functions` of the functions with regions in `file`,
@@ -520,8 +524,7 @@ fn count_function<'m>(
     if f.regions().len() == 1 && first.count == Counter::ZERO && counts.first().is_some_and(|&c| c > 0) {
         return None;
     }
-    let name = f.name_without_prefix(mapping);
-    count_regions(i, name, f, counts, mcdc.then_some(bitmap), files, memo).map(Ok)
+    count_regions(i, f, counts, mcdc.then_some(bitmap), files, memo).map(Ok)
 }
 
 impl crate::mapping::FunctionMapping {
@@ -538,25 +541,6 @@ impl crate::mapping::FunctionMapping {
         }
         name
     }
-}
-
-/// The file id of a function's own body: the first one no expansion
-/// region expands to.
-fn main_file_id(num_files: usize, regions: &[Region]) -> Option<u32> {
-    let expansions = || regions.iter().filter(|r| r.kind == RegionKind::Expansion);
-    if num_files <= 64 {
-        // Most functions have a few files: a bit per file, no allocation.
-        let expanded = expansions().fold(0u64, |bits, r| bits | 1u64.checked_shl(r.expanded_file_id).unwrap_or(0));
-        let first = (!expanded).trailing_zeros() as usize;
-        return (first < num_files).then_some(first as u32);
-    }
-    let mut expanded = vec![false; num_files];
-    for r in expansions() {
-        if let Some(slot) = expanded.get_mut(r.expanded_file_id as usize) {
-            *slot = true;
-        }
-    }
-    expanded.iter().position(|e| !e).map(|i| i as u32)
 }
 
 /// The file ids of the branches a function's summary counts: its body's
@@ -653,7 +637,6 @@ impl<'a> Evaluator<'a> {
 
 fn count_regions<'m>(
     mapping_index: usize,
-    name: &'m str,
     f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
     mcdc_bitmap: Option<&[u8]>,
@@ -661,7 +644,7 @@ fn count_regions<'m>(
     memo: &mut Vec<Memo>,
 ) -> Option<FunctionRecord<'m>> {
     let mut eval = Evaluator::new(f.expressions(), counts, counts.is_empty(), memo);
-    let main_file = main_file_id(f.filenames.len(), f.regions());
+    let main_file = f.main_file();
     let named = |files: &[FileName], id: u32| {
         f.filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())
     };
@@ -669,14 +652,15 @@ fn count_regions<'m>(
     // its summary reads its regions in every file.
     let files = files.filter(|files| !main_file.is_some_and(|m| named(files, m)));
     let kept = |r: &Region| files.is_none_or(|files| named(files, r.file_id));
-    let branches = f.regions().iter().filter(|r| r.is_branch() && kept(r)).count();
-    let regions = match files {
-        None => f.regions().len() - branches,
-        Some(_) => f.regions().iter().filter(|r| !r.is_branch() && kept(r)).count(),
+    let (regions, branches) = match files {
+        None => (f.regions().len() - f.branches(), f.branches()),
+        Some(_) => {
+            let branches = f.regions().iter().filter(|r| r.is_branch() && kept(r)).count();
+            (f.regions().iter().filter(|r| !r.is_branch() && kept(r)).count(), branches)
+        }
     };
     let mut record = FunctionRecord {
         mapping_index,
-        name,
         filenames: &f.filenames,
         regions: Vec::with_capacity(regions),
         branches: Vec::with_capacity(branches),

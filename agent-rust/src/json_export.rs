@@ -62,7 +62,7 @@ pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl Write
             text.push_str(",\"mcdc_records\":");
             push_mcdc_records(&mut text, f.mcdc_records.iter());
             text.push_str(",\"name\":");
-            push_string(&mut text, f.name);
+            push_string(&mut text, coverage.name_of(f));
             text.push_str(",\"regions\":");
             push_regions(&mut text, &f.regions);
             text.push('}');

@@ -197,7 +197,7 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
 fn defined_names(coverage: &Coverage<'_>, file: FileName, no_demangle: bool) -> (String, Vec<usize>) {
     let (mut names, mut ends) = (String::new(), Vec::new());
     for f in coverage.functions_in(file) {
-        write_display_name(&mut names, f.name, no_demangle);
+        write_display_name(&mut names, coverage.name_of(f), no_demangle);
         ends.push(names.len());
     }
     (names, ends)

@@ -91,6 +91,20 @@ pub struct Body {
     /// unless built with `-fcoverage-mcdc` (kept apart so that a region
     /// stays small).
     pub mcdc: Vec<McdcParameters>,
+    /// How many of the regions are branches, and the file id of the body
+    /// (see [`main_file_id`]): found once, where every live dump counted
+    /// its changed functions' regions three times to find them.
+    branches: u32,
+    main_file: Option<u32>,
+}
+
+impl Body {
+    /// The body of a function of `num_files` files.
+    pub fn new(expressions: Vec<Expression>, regions: Vec<Region>, mcdc: Vec<McdcParameters>, num_files: usize) -> Body {
+        let branches = regions.iter().filter(|r| r.is_branch()).count() as u32;
+        let main_file = main_file_id(num_files, &regions);
+        Body { expressions, regions, mcdc, branches, main_file }
+    }
 }
 
 impl FunctionMapping {
@@ -105,6 +119,19 @@ impl FunctionMapping {
 
     pub fn mcdc(&self) -> &[McdcParameters] {
         self.body.as_ref().map_or(&[], |b| &b.mcdc)
+    }
+
+    /// How many of its regions are branches.
+    pub fn branches(&self) -> usize {
+        self.body.as_ref().map_or(0, |b| b.branches as usize)
+    }
+
+    /// The file id of its own body: see [`main_file_id`].
+    pub fn main_file(&self) -> Option<u32> {
+        match &self.body {
+            Some(b) => b.main_file,
+            None => main_file_id(self.filenames.len(), &[]),
+        }
     }
 
     /// The bytes its body takes while decoded.
@@ -917,7 +944,26 @@ fn decode_body(data: &mut Bytes<'_>, num_files: usize) -> Result<Body> {
     // The mapping of a large program holds hundreds of thousands of
     // regions: no slack.
     regions.shrink_to_fit();
-    Ok(Body { expressions, regions, mcdc })
+    Ok(Body::new(expressions, regions, mcdc, num_files))
+}
+
+/// The file id of a function's own body: the first one no expansion
+/// region expands to.
+fn main_file_id(num_files: usize, regions: &[Region]) -> Option<u32> {
+    let expansions = || regions.iter().filter(|r| r.kind == RegionKind::Expansion);
+    if num_files <= 64 {
+        // Most functions have a few files: a bit per file, no allocation.
+        let expanded = expansions().fold(0u64, |bits, r| bits | 1u64.checked_shl(r.expanded_file_id).unwrap_or(0));
+        let first = (!expanded).trailing_zeros() as usize;
+        return (first < num_files).then_some(first as u32);
+    }
+    let mut expanded = vec![false; num_files];
+    for r in expansions() {
+        if let Some(slot) = expanded.get_mut(r.expanded_file_id as usize) {
+            *slot = true;
+        }
+    }
+    expanded.iter().position(|e| !e).map(|i| i as u32)
 }
 
 fn decode_counter(raw: u64, at: usize, data: &Bytes<'_>, expressions: &mut [Expression]) -> Result<Counter> {

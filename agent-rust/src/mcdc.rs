@@ -366,20 +366,18 @@ mod tests {
     /// `a && b` at 1:5-1:11 (a at 1:5, b at 1:10), with the decision's and
     /// the conditions' parameters given.
     fn and2(decision: McdcKind, a: McdcKind, b: McdcKind) -> FunctionMapping {
-        FunctionMapping::decoded(Body {
-            expressions: Vec::new(),
-            regions: vec![
-                region(RegionKind::Code, 1, (1, 20)),
-                region(RegionKind::McdcDecision, 1, (5, 11)),
-                region(RegionKind::McdcBranch, 1, (5, 6)),
-                region(RegionKind::McdcBranch, 1, (10, 11)),
-            ],
-            mcdc: vec![
-                McdcParameters { region: 1, kind: decision },
-                McdcParameters { region: 2, kind: a },
-                McdcParameters { region: 3, kind: b },
-            ],
-        })
+        let regions = vec![
+            region(RegionKind::Code, 1, (1, 20)),
+            region(RegionKind::McdcDecision, 1, (5, 11)),
+            region(RegionKind::McdcBranch, 1, (5, 6)),
+            region(RegionKind::McdcBranch, 1, (10, 11)),
+        ];
+        let mcdc = vec![
+            McdcParameters { region: 1, kind: decision },
+            McdcParameters { region: 2, kind: a },
+            McdcParameters { region: 3, kind: b },
+        ];
+        FunctionMapping::decoded(Body::new(Vec::new(), regions, mcdc, 1))
     }
 
     const DECISION: McdcKind = McdcKind::Decision { bitmap_index: 3, num_conditions: 2 };
