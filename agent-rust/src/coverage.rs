@@ -728,27 +728,40 @@ impl CoverageData<'_> {
 /// counts, [`Shape::segments`] does that as it goes, and so gives the
 /// segments the builder would of the regions with those counts. A header's
 /// macro expanded by a thousand functions is a handful of slots here.
+///
+/// Kept as words, in one block with the counts of the regions it was
+/// made of (see `lcov::live::Kept`): three per segment (its line, column
+/// and slot), then a byte of flags per segment, four to a word (13 bytes a
+/// segment, where the segment itself is 16).
 #[derive(Debug, Default)]
 pub struct Shape {
-    segments: Vec<ShapedSegment>,
+    words: Vec<u32>,
 }
 
+/// A [`Shape`]'s words, wherever they are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct ShapeWords<'a>(pub &'a [u32]);
+
 /// A segment of a [`Shape`]: its count is that of `slot` (the count of the
-/// region it takes its count from), and `skippable` when the builder would
-/// leave it out after a segment with the same count.
+/// region it takes its count from); its `flags` say whether it has a count,
+/// enters a region, is a gap, and is `SKIPPABLE`: left out by the builder
+/// after a segment with the same count.
 #[derive(Debug, Clone, Copy)]
 struct ShapedSegment {
     line: u32,
     col: u32,
     slot: u32,
-    has_count: bool,
-    is_region_entry: bool,
-    is_gap: bool,
-    skippable: bool,
+    flags: u8,
 }
 
 /// No slot: a region of an extent whose first region is of another kind.
 pub const NO_SLOT: u32 = u32::MAX;
+
+/// A shaped segment's flags, in its byte.
+const HAS_COUNT: u8 = 1;
+const IS_REGION_ENTRY: u8 = 2;
+const IS_GAP: u8 = 4;
+const SKIPPABLE: u8 = 8;
 
 impl Shape {
     /// The shape of `spans` (their counts unread), and the slot each adds
@@ -775,44 +788,60 @@ impl Shape {
                 }
             }
         }
-        let mut shape = Shape::default();
+        let mut segments = Vec::new();
         let mut unused = Vec::new();
         let mut builder = SegmentBuilder {
             regions: &scratch.spans,
             segments: &mut unused,
-            shape: Some(&mut shape.segments),
+            shape: Some(&mut segments),
             active: &mut scratch.active,
             completed: &mut scratch.completed,
             followed,
         };
         builder.build();
-        shape.segments.shrink_to_fit();
-        (shape, slot_of)
+        let mut words = Vec::with_capacity(3 * segments.len() + segments.len().div_ceil(4));
+        words.extend(segments.iter().flat_map(|s| [s.line, s.col, s.slot]));
+        words.extend(segments.chunks(4).map(|four| {
+            four.iter().enumerate().fold(0u32, |word, (i, s)| word | u32::from(s.flags) << (8 * i))
+        }));
+        (Shape { words }, slot_of)
     }
 
+    pub fn words(&self) -> &[u32] {
+        &self.words
+    }
+}
+
+impl ShapeWords<'_> {
     /// The segments with the slots' `counts`, into `out`.
-    pub fn segments(&self, counts: &[u64], out: &mut Vec<Segment>) {
+    pub fn segments(self, counts: &[u64], out: &mut Vec<Segment>) {
+        // 3 words a segment and a quarter: `4 * len / 13` segments, exactly
+        // (`13 n <= 4 * len <= 13 n + 3`).
+        let n = self.0.len() * 4 / 13;
+        let (positions, flags) = self.0.split_at(3 * n);
         out.clear();
-        out.reserve(self.segments.len());
-        for s in &self.segments {
-            let count = counts.get(s.slot as usize).copied().unwrap_or(0);
-            if s.skippable {
+        out.reserve(n);
+        for (k, s) in positions.chunks_exact(3).enumerate() {
+            let flags = flags.get(k / 4).map_or(0, |word| (word >> (8 * (k % 4))) as u8);
+            let has_count = flags & HAS_COUNT != 0;
+            let count = counts.get(s[2] as usize).copied().unwrap_or(0);
+            if flags & SKIPPABLE != 0 {
                 // As the builder's `start_segment`, which compares the
                 // region's count even where the segment has none.
                 if let Some(last) = out.last() {
-                    if last.has_count == s.has_count && last.count == count && !last.is_region_entry {
+                    if last.has_count == has_count && last.count == count && !last.is_region_entry {
                         continue;
                     }
                 }
             }
-            let count = if s.has_count { count } else { 0 };
+            let count = if has_count { count } else { 0 };
             out.push(Segment {
-                line: s.line,
-                col: s.col,
+                line: s[0],
+                col: s[1],
                 count,
-                has_count: s.has_count,
-                is_region_entry: s.is_region_entry,
-                is_gap: s.is_gap,
+                has_count,
+                is_region_entry: flags & IS_REGION_ENTRY != 0,
+                is_gap: flags & IS_GAP != 0,
             });
         }
     }
@@ -917,15 +946,12 @@ impl SegmentBuilder<'_> {
         let has_count = !emit_skipped && r.kind != RegionKind::Skipped;
         let (line, col) = ((at >> 32) as u32, at as u32);
         if let Some(shape) = &mut self.shape {
-            shape.push(ShapedSegment {
-                line,
-                col,
-                slot: r.count as u32,
-                has_count,
-                is_region_entry,
-                is_gap: has_count && r.kind == RegionKind::Gap,
-                skippable: !is_region_entry && !emit_skipped,
-            });
+            let flag = |on: bool, flag: u8| if on { flag } else { 0 };
+            let flags = flag(has_count, HAS_COUNT)
+                | flag(is_region_entry, IS_REGION_ENTRY)
+                | flag(has_count && r.kind == RegionKind::Gap, IS_GAP)
+                | flag(!is_region_entry && !emit_skipped, SKIPPABLE);
+            shape.push(ShapedSegment { line, col, slot: r.count as u32, flags });
             return;
         }
         if !is_region_entry && !emit_skipped {
@@ -1187,7 +1213,7 @@ mod tests {
                     }
                 }
                 let mut shaped = Vec::new();
-                shape.segments(&slots, &mut shaped);
+                ShapeWords(shape.words()).segments(&slots, &mut shaped);
                 let mut scratch = Scratch { spans: spans.clone(), ..Scratch::default() };
                 let mut built = Vec::new();
                 scratch.build_segments(&mut built, followed);

@@ -435,41 +435,39 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
         }
         last = Some(&b.path);
     }
-    write_summed_branches(out, &summed);
+    write_summed_branches(out, summed.into_iter());
 }
 
 /// The `BRDA` lines of branches summed by place, in place order: each
 /// place's line and its branches' counts summed.
-fn write_summed_branches(out: &mut String, summed: &[(u32, u64, u64)]) {
-    let mut i = 0;
-    while i < summed.len() {
-        let line = summed[i].0;
-        let mut pair = 0;
-        let mut index = 0;
-        while i < summed.len() && summed[i].0 == line {
-            let (_, count, false_count) = summed[i];
-            // llvm-cov prints these counts as 32-bit unsigned values.
-            let counts = [count as u32, false_count as u32];
-            let never = counts == [0, 0];
-            for count in counts {
-                out.push_str("BRDA:");
-                push_int(out, line);
-                out.push(',');
-                push_int(out, pair);
-                out.push(',');
-                push_int(out, index);
-                out.push(',');
-                if never {
-                    out.push('-');
-                } else {
-                    push_int(out, count);
-                }
-                out.push('\n');
-                index += 1;
-            }
-            pair += 1;
-            i += 1;
+fn write_summed_branches(out: &mut String, summed: impl Iterator<Item = (u32, u64, u64)>) {
+    // The places of a line are its pairs, numbered from 0, and their
+    // branches, two each, numbered on from 0 too.
+    let (mut last_line, mut pair, mut index) = (None, 0u32, 0u32);
+    for (line, count, false_count) in summed {
+        if last_line != Some(line) {
+            (last_line, pair, index) = (Some(line), 0, 0);
         }
+        // llvm-cov prints these counts as 32-bit unsigned values.
+        let counts = [count as u32, false_count as u32];
+        let never = counts == [0, 0];
+        for count in counts {
+            out.push_str("BRDA:");
+            push_int(out, line);
+            out.push(',');
+            push_int(out, pair);
+            out.push(',');
+            push_int(out, index);
+            out.push(',');
+            if never {
+                out.push('-');
+            } else {
+                push_int(out, count);
+            }
+            out.push('\n');
+            index += 1;
+        }
+        pair += 1;
     }
 }
 
