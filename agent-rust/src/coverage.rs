@@ -600,38 +600,38 @@ impl<'a> Evaluator<'a> {
 
     /// `None` when a counter id is out of range (or expressions form a
     /// cycle, which only malformed input can): llvm-cov then drops the
-    /// function without a word.
+    /// function without a word. Inlined into the loop over a function's
+    /// regions, whose counters are mostly the constant zero (a code
+    /// region's "false" one) or a counter: only an expression is a call.
+    #[inline]
     fn eval(&mut self, c: Counter) -> Option<i64> {
         match c.get() {
             CounterRef::Zero => Some(0),
-            CounterRef::Counter(id) => {
-                if self.all_zero {
-                    Some(0)
-                } else {
-                    self.counts.get(id as usize).map(|&v| v as i64)
-                }
-            }
-            CounterRef::Expression(id) => {
-                let id = id as usize;
-                match *self.memo.get(id)? {
-                    Memo::Done(v) => return v,
-                    Memo::InProgress => return None,
-                    Memo::Unknown => {}
-                }
-                self.memo[id] = Memo::InProgress;
-                let e = self.expressions[id];
-                let value = (|| {
-                    let lhs = self.eval(e.lhs)?;
-                    let rhs = self.eval(e.rhs)?;
-                    Some(match e.kind {
-                        ExpressionKind::Add => lhs.wrapping_add(rhs),
-                        ExpressionKind::Subtract => lhs.wrapping_sub(rhs),
-                    })
-                })();
-                self.memo[id] = Memo::Done(value);
-                value
-            }
+            CounterRef::Counter(_) if self.all_zero => Some(0),
+            CounterRef::Counter(id) => self.counts.get(id as usize).map(|&v| v as i64),
+            CounterRef::Expression(id) => self.expression(id as usize),
         }
+    }
+
+    #[inline(never)]
+    fn expression(&mut self, id: usize) -> Option<i64> {
+        match *self.memo.get(id)? {
+            Memo::Done(v) => return v,
+            Memo::InProgress => return None,
+            Memo::Unknown => {}
+        }
+        self.memo[id] = Memo::InProgress;
+        let e = self.expressions[id];
+        let value = (|| {
+            let lhs = self.eval(e.lhs)?;
+            let rhs = self.eval(e.rhs)?;
+            Some(match e.kind {
+                ExpressionKind::Add => lhs.wrapping_add(rhs),
+                ExpressionKind::Subtract => lhs.wrapping_sub(rhs),
+            })
+        })();
+        self.memo[id] = Memo::Done(value);
+        value
     }
 }
 
