@@ -36,10 +36,14 @@
 #    dependencies; and its own sources and packages), and the agent
 #    LIVECOV_DEMANGLE=0, so that the held dump can be llvm-cov's report byte
 #    for byte.
-# 3. Memory: VmRSS with the background work (and, for the service, the
-#    traffic) running: without the agent (LIVECOV_DIR unset), with it before
-#    the first dump, after 1, 10 and 100 dumps; against the size of the
-#    binary's __llvm_covfun section.
+# 3. Memory: VmRSS (and its anonymous part, RssAnon) with the background
+#    work (and the traffic) running: with the agent before the first dump,
+#    after 1, 10 and 100 dumps, each beside that of the program without the
+#    agent (LIVECOV_DIR unset, run afterwards) at as long a time after its
+#    start, as the programs' own memory grows as they work (fixtures/large:
+#    0.9 MiB in its first 20 s); the memory the agent adds, against the size
+#    of the binary's __llvm_covfun section, and how much it grew from the
+#    first dump to the 100th.
 # 4. The service's requests/s under wrk (BENCH_RUST_BUSY_LOAD_SECS, default
 #    5, one connection at a time) without dumps and with a dump every 100 ms,
 #    the ticker running; BENCH_RUST_BUSY_ROUNDS (default 3) pairs, medians;
@@ -205,8 +209,9 @@ covfun_bytes() {
 
 # measure_dumps PID SOCKET NAME: $dumps dumps $gap_ms apart into
 # $work/t_NAME, the agent's mean CPU per dump (ns) into $work/cpu_NAME.
-# With NAME "busy", also VmRSS after the 10th dump (rss_10) and, with more
-# dumps 50 ms apart, after the 100th (rss_100), counting the cold one.
+# With NAME "busy", also the memory after the 10th dump (rss_10) and, with
+# more dumps 50 ms apart, after the 100th (rss_100), counting the cold one
+# (see at_rss).
 # The reports are discarded, as bench-busy.sh does: curl's time_total
 # includes writing them, and a file would add curl's own time.
 measure_dumps() {
@@ -218,7 +223,7 @@ measure_dumps() {
         sleep_ms "$gap_ms"
         dump "$sock" /dev/null >>"$work/t_$name"
         n=$((n + 1))
-        [ "$n" -eq 10 ] && rss_10=$(rss_kib "$pid")
+        [ "$n" -eq 10 ] && [ "$name" = busy ] && at_rss rss_10 "$pid"
     done
     echo $((($(agent_cpu_ns "$pid") - before) / dumps)) >"$work/cpu_$name"
     [ "$name" = busy ] || return 0
@@ -226,9 +231,27 @@ measure_dumps() {
         sleep_ms 50
         dump "$sock" /dev/null >/dev/null
         n=$((n + 1))
-        [ "$n" -eq 10 ] && rss_10=$(rss_kib "$pid")
+        [ "$n" -eq 10 ] && at_rss rss_10 "$pid"
     done
-    rss_100=$(rss_kib "$pid")
+    at_rss rss_100 "$pid"
+}
+
+# at_rss NAME PID: rss_kib now as NAME, and the ms since $started (the
+# program's start) as NAME_at.
+at_rss() {
+    printf -v "$1" '%s' "$(rss_kib "$2")"
+    printf -v "$1_at" '%s' "$((($(now_ns) - started) / 1000000))"
+}
+# rss_as_with PID: the readings of the program without the agent, each as
+# long after its start ($started) as the one with the agent was:
+# rss_none_agent, rss_none_1, rss_none_10, rss_none_100.
+rss_as_with() {
+    local point at
+    for point in agent 1 10 100; do
+        at="rss_${point}_at"
+        while [ $((($(now_ns) - started) / 1000000)) -lt "${!at}" ]; do sleep 0.05; done
+        printf -v "rss_none_$point" '%s' "$(rss_kib "$1")"
+    done
 }
 
 # run_llvm BIN PROFRAW OUT: LLVM's pipeline, with the agent's filters.
@@ -276,24 +299,33 @@ same_moment_line() {
 }
 row1() { printf "%-66s %10.2f %10s\n" "$1" "$2" "-"; }
 ratio() { awk -v label="$1" -v l="$2" -v d="$3" 'BEGIN { printf "%-66s %9.1fx %10s\n", label, l / d, "-" }'; }
-# mem_row LABEL RSS/ANON [BASE_RSS/BASE_ANON]: MiB, or the MiB added to BASE.
+# mem_row POINT LABEL: the readings at POINT (see at_rss, rss_as_with),
+# MiB: VmRSS without and with the agent, what it added, of which anonymous.
 mem_row() {
-    awk -v label="$1" -v m="$2" -v b="${3:-0/0}" 'BEGIN {
-        split(m, x, "/"); split(b, y, "/")
-        printf "%-66s %10.1f %10.1f\n", label, (x[1] - y[1]) / 1024, (x[2] - y[2]) / 1024 }'
+    local with="rss_$1" without="rss_none_$1" at="rss_$1_at"
+    awk -v label="$2" -v at="${!at}" -v w="${!with}" -v n="${!without}" 'BEGIN {
+        split(w, x, "/"); split(n, y, "/")
+        printf "%-52s %5.1f %10.1f %8.1f %8.1f %8.1f\n", label, at / 1000, y[1] / 1024, x[1] / 1024,
+            (x[1] - y[1]) / 1024, (x[2] - y[2]) / 1024 }'
 }
-memory_table() { # memory_table BIN WITHOUT_LABEL
+# added_mib POINT: what the agent added at POINT (VmRSS), in MiB.
+added_mib() {
+    local with="rss_$1" without="rss_none_$1"
+    awk -v w="${!with}" -v n="${!without}" 'BEGIN { split(w, x, "/"); split(n, y, "/"); printf "%.1f", (x[1] - y[1]) / 1024 }'
+}
+memory_table() { # memory_table BIN
     local covfun
     covfun=$(covfun_bytes "$1")
     echo
-    printf "%-66s %10s %10s\n" "resident memory, MiB" "VmRSS" "RssAnon"
-    mem_row "$2" "$rss_none"
-    mem_row "with the agent, before the first dump" "$rss_agent"
-    mem_row "after 1 dump" "$rss_1"
-    mem_row "after 10 dumps" "$rss_10"
-    mem_row "after 100 dumps" "$rss_100"
-    mem_row "$(awk -v c="$covfun" 'BEGIN { printf "added after 100 dumps (the binary'"'"'s __llvm_covfun: %.1f MiB)", c / 1048576 }')" "$rss_100" "$rss_none"
-    mem_row "added by dumps 2 to 100 (growth after the first)" "$rss_100" "$rss_1"
+    printf "%-52s %5s %10s %8s %8s %8s\n" "resident memory (VmRSS), MiB" "at s" "without" "with" "added" "anon"
+    mem_row agent "with the agent, before the first dump"
+    mem_row 1 "after 1 dump"
+    mem_row 10 "after 10 dumps"
+    mem_row 100 "after 100 dumps"
+    awk -v c="$covfun" -v a="$(added_mib 100)" 'BEGIN {
+        printf "%-76s %8.1f\n", sprintf("added after 100 dumps (the binary'"'"'s __llvm_covfun: %.1f MiB)", c / 1048576), a }'
+    awk -v a1="$(added_mib 1)" -v a100="$(added_mib 100)" 'BEGIN {
+        printf "%-76s %8.1f\n", "growth of what it added, from dump 1 to dump 100", a100 - a1 }' 
 }
 
 # --- fixtures/large ----------------------------------------------------------------
@@ -322,25 +354,26 @@ stop_large() {
     stop "$large_pid"
 }
 
-log "fixtures/large serve --tick-ms $large_tick_ms without the agent (its memory)"
-start_large none no
-sleep 2
-rss_none=$(rss_kib "$large_pid")
-stop_large
 log "fixtures/large serve --tick-ms $large_tick_ms with the agent"
 start_large agent yes
+started=$(now_ns)
 default_ignore=$(sed -n 's/^livecov-default-ignore: //p' "$large_dir/stdout")
 [ -n "$default_ignore" ] || die "large serve did not print the agent's default ignore pattern"
 sleep 1
-rss_agent=$(rss_kib "$large_pid")
+at_rss rss_agent "$large_pid"
 t_cold=$(dump "$large_sock" "$work/cold.lcov")
-rss_1=$(rss_kib "$large_pid")
+at_rss rss_1 "$large_pid"
 measure_dumps "$large_pid" "$large_sock" busy
 log "the peer: the ticker held (hold on stdin)"
 echo hold >&"$large_fd"
 wait_for 300 grep -qx 'large serve: held' "$large_dir/stdout" || die "large serve did not hold its ticker"
 peer "$large_sock" "$work/large"
 echo release >&"$large_fd"
+stop_large
+log "fixtures/large serve --tick-ms $large_tick_ms without the agent (its memory at the same times)"
+start_large none no
+started=$(now_ns)
+rss_as_with "$large_pid"
 stop_large
 large_reported=$(grep -c '^SF:' "$work/held.lcov")
 large_functions=$(grep -c '^FN:' "$work/held.lcov")
@@ -358,7 +391,7 @@ row1 "agent CPU per dump (mean, schedstat of livecov* threads), ms" "$(awk '{ pr
 peer_rows
 ratio "ratio: peer / dump with the ticker (p50)" "$t_llvm" "$p50"
 same_moment_line
-memory_table "$work/large" "without the agent (LIVECOV_DIR unset), ticker running"
+memory_table "$work/large"
 
 # --- fixtures/service ------------------------------------------------------------------
 port=""
@@ -418,20 +451,14 @@ wrk_rps() {
     awk '/^Requests\/sec:/ { print $2 }' "$2"
 }
 
-log "fixtures/service SERVICE_TICK_MS=$tick_ms without the agent (its memory under traffic)"
-start_service none no
-traffic 4
-sleep 3
-rss_none=$(rss_kib "$service_pid")
-end_traffic
-stop_service
 log "fixtures/service SERVICE_TICK_MS=$tick_ms with the agent, wrk sending requests"
 start_service agent yes
+started=$(now_ns)
 traffic 600
 sleep 1
-rss_agent=$(rss_kib "$service_pid")
+at_rss rss_agent "$service_pid"
 t_cold=$(dump "$service_sock" "$work/cold.lcov")
-rss_1=$(rss_kib "$service_pid")
+at_rss rss_1 "$service_pid"
 measure_dumps "$service_pid" "$service_sock" busy
 end_traffic
 sleep 0.5
@@ -464,6 +491,13 @@ for r in $(seq "$rounds"); do
     awk '{ printf "%.3f\n", $1 * 1000 }' "$work/t_loop-$r" >>"$work/t_loop"
 done
 stop_service
+log "fixtures/service SERVICE_TICK_MS=$tick_ms without the agent (its memory under traffic at the same times)"
+start_service none no
+started=$(now_ns)
+traffic 600
+rss_as_with "$service_pid"
+end_traffic
+stop_service
 service_reported=$(grep -c '^SF:' "$work/held.lcov")
 p50=$(median <"$work/t_busy")
 p50_ticker=$(median <"$work/t_ticker")
@@ -484,7 +518,7 @@ peer_rows
 ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
 ratio "ratio: peer / dump with the ticker only (p50)" "$t_llvm" "$p50_ticker"
 same_moment_line
-memory_table "$work/service" "without the agent (LIVECOV_DIR unset), ticker and traffic running"
+memory_table "$work/service"
 echo
 printf "%-66s %10s %11s\n" "throughput, wrk -t1 -c4 ${load_secs} s, ticker running, median of $rounds" "req/s" "CPU µs/req"
 printf "%-66s %10.1f %10.1f\n" "with the agent, no dumps" "$(median <"$work/rps_none")" "$(median <"$work/cpu_req_none")"
@@ -523,21 +557,14 @@ end_mr_traffic() {
     forget "$mr_get"
 }
 
-log "$mini_redis without the agent (its memory under traffic)"
-start_mini_redis none no
-mr_traffic
-sleep 3
-rss_none=$(rss_kib "$mr_pid")
-end_mr_traffic
-kill "$mr_pid"
-stop "$mr_pid"
 log "$mini_redis with the agent, redis-benchmark sending SET PX 5 and GET"
 start_mini_redis agent yes
+started=$(now_ns)
 mr_traffic
 sleep 1
-rss_agent=$(rss_kib "$mr_pid")
+at_rss rss_agent "$mr_pid"
 t_cold=$(dump "$mr_sock" "$work/cold.lcov")
-rss_1=$(rss_kib "$mr_pid")
+at_rss rss_1 "$mr_pid"
 measure_dumps "$mr_pid" "$mr_sock" busy
 end_mr_traffic
 log "the peer: the server quiet (no traffic, the last keys expired)"
@@ -545,13 +572,20 @@ sleep 0.5
 peer "$mr_sock" "$work/mini-redis-server"
 kill "$mr_pid"
 stop "$mr_pid"
-log "curl's floor: the report's bytes from a trivial server, the same traffic against $mini_redis without the agent"
+log "curl's floor: the report's bytes from a trivial server, the same traffic against $mini_redis without the agent (and its memory at the same times)"
 start_mini_redis floor no
+started=$(now_ns)
 mr_traffic
+( sleep 1; rss_as_with "$mr_pid"; declare -p rss_none_agent rss_none_1 rss_none_10 rss_none_100 >"$work/rss_none" ) &
+rss_reader=$!
+pids+=("$rss_reader")
 serve_file "$work/floor.sock" "$work/held.lcov"
 pids+=("$floor_pid")
 sleep 1
 floor_times "$work/floor.sock" "$dumps" "$gap_ms" >"$work/t_floor"
+wait "$rss_reader" || die "the memory of $mini_redis without the agent was not read"
+forget "$rss_reader"
+source "$work/rss_none"
 kill "$floor_pid" 2>/dev/null || true
 end_mr_traffic
 kill "$mr_pid"
@@ -572,4 +606,4 @@ row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk
 peer_rows
 ratio "ratio: peer / dump under traffic (p50)" "$t_llvm" "$p50"
 same_moment_line
-memory_table "$work/mini-redis-server" "without the agent (LIVECOV_DIR unset), traffic running"
+memory_table "$work/mini-redis-server"
