@@ -165,7 +165,10 @@ pub struct Work<'m> {
 /// The `u64`s come first: each slot's sum, each region's count, each
 /// branch's two counts, and each place's two sums (wrapping, as a record
 /// sums them). Then the `u32`s, two to a word: of each region, its
-/// position in its function's `regions`, then of each the slot it adds to
+/// position in its function's `regions` (or, when each function's are
+/// consecutive, the first of each function's: 87% of redis's kept parts
+/// have consecutive positions, and the stretches all of whose parts do held
+/// 45 KB of them after 100 dumps), then of each the slot it adds to
 /// (or [`NO_SLOT`]); of each branch, its position in its function's
 /// `branches`, then of each its place; of each function, where its regions
 /// end, then where its branches end; of each place, its line; and the
@@ -178,6 +181,8 @@ struct Kept {
     branches: u32,
     slots: u32,
     places: u32,
+    /// The regions' positions are each function's first.
+    consecutive: bool,
 }
 
 /// A [`Kept`] stretch's arrays, borrowed from its block (the counts to
@@ -187,7 +192,9 @@ struct KeptArrays<'a> {
     region_counts: &'a mut [u64],
     branch_counts: &'a mut [u64],
     place_sums: &'a mut [u64],
+    /// Of each region, or each function's first (see `Kept::consecutive`).
     region_positions: &'a [u32],
+    consecutive: bool,
     region_slots: &'a [u32],
     branch_positions: &'a [u32],
     branch_places: &'a [u32],
@@ -257,6 +264,13 @@ impl Kept {
             place_of[at] = (place_lines.len() - 1) as u32;
         }
         let slots = slot_of.iter().filter(|&&s| s != NO_SLOT).max().map_or(0, |&s| s as usize + 1);
+        let region_ends: Vec<u32> = parts.ends.iter().map(|e| e.0).collect();
+        let runs = || (0..region_ends.len()).map(|k| &parts.region_positions[run(&region_ends, k)]);
+        let consecutive = runs().all(|positions| positions.windows(2).all(|p| p[0].checked_add(1) == Some(p[1])));
+        let positions: Vec<u32> = match consecutive {
+            true => runs().map(|positions| positions.first().copied().unwrap_or(0)).collect(),
+            false => parts.region_positions.clone(),
+        };
         let mut kept = Kept {
             words: Box::default(),
             functions: parts.ends.len() as u32,
@@ -264,8 +278,11 @@ impl Kept {
             branches: branches.len() as u32,
             slots: slots as u32,
             places: place_lines.len() as u32,
+            consecutive,
         };
-        let small = 2 * (kept.regions + kept.branches + kept.functions) as usize + place_lines.len() + shape.words().len();
+        let small = positions.len() + (kept.regions + 2 * (kept.branches + kept.functions)) as usize
+            + place_lines.len()
+            + shape.words().len();
         kept.words = vec![0u64; kept.wide() + small.div_ceil(2)].into_boxed_slice();
         let a = kept.arrays();
         for ((s, &slot), count) in spans.iter().zip(&slot_of).zip(a.region_counts.iter_mut()) {
@@ -283,8 +300,8 @@ impl Kept {
         }
         let wide = kept.wide();
         let small = halves_mut(&mut kept.words[wide..]).iter_mut();
-        let ends = parts.ends.iter().map(|e| e.0).chain(parts.ends.iter().map(|e| e.1));
-        let all = parts.region_positions.iter().copied().chain(slot_of).chain(parts.branch_positions.iter().copied());
+        let ends = region_ends.iter().copied().chain(parts.ends.iter().map(|e| e.1));
+        let all = positions.into_iter().chain(slot_of).chain(parts.branch_positions.iter().copied());
         let all = all.chain(place_of).chain(ends).chain(place_lines).chain(shape.words().iter().copied());
         for (word, value) in small.zip(all) {
             *word = value;
@@ -304,7 +321,7 @@ impl Kept {
         let (region_counts, rest) = rest.split_at_mut(regions);
         let (branch_counts, place_sums) = rest.split_at_mut(2 * branches);
         let small = halves(small);
-        let (region_positions, rest) = small.split_at(regions);
+        let (region_positions, rest) = small.split_at(if self.consecutive { functions } else { regions });
         let (region_slots, rest) = rest.split_at(regions);
         let (branch_positions, rest) = rest.split_at(branches);
         let (branch_places, rest) = rest.split_at(branches);
@@ -321,6 +338,7 @@ impl Kept {
             branch_counts,
             place_sums,
             region_positions,
+            consecutive: self.consecutive,
             region_slots,
             branch_positions,
             branch_places,
@@ -356,8 +374,13 @@ impl KeptArrays<'_> {
     /// of it changed.
     fn update(&mut self, k: usize, record: &FunctionRecord<'_>) -> bool {
         let mut changed = false;
-        for r in run(self.region_ends, k) {
-            let count = record.regions.get(self.region_positions[r] as usize).map_or(0, |c| c.count);
+        let regions = run(self.region_ends, k);
+        for r in regions.clone() {
+            let position = match self.consecutive {
+                true => self.region_positions[k] as usize + (r - regions.start),
+                false => self.region_positions[r] as usize,
+            };
+            let count = record.regions.get(position).map_or(0, |c| c.count);
             let last = std::mem::replace(&mut self.region_counts[r], count);
             changed |= count != last;
             if let Some(sum) = self.slots.get_mut(self.region_slots[r] as usize) {
