@@ -725,7 +725,7 @@ impl CoverageData<'_> {
 /// first kind, in code, expansion, skipped order, added up), and the
 /// segments the builder builds from the slots. The builder reads counts
 /// only to leave out a segment that repeats the last one: given the slots'
-/// counts, [`Shape::segments`] does that as it goes, and so gives the
+/// counts, [`ShapeWords::segments`] does that as it goes, and so gives the
 /// segments the builder would of the regions with those counts. A header's
 /// macro expanded by a thousand functions is a handful of slots here.
 ///
