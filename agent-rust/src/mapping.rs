@@ -126,7 +126,8 @@ impl FunctionMapping {
         self.body.as_ref().map_or(0, |b| b.branches as usize)
     }
 
-    /// The file id of its own body: see [`main_file_id`].
+    /// The file id of its own body: the first one no expansion region
+    /// expands to.
     pub fn main_file(&self) -> Option<u32> {
         match &self.body {
             Some(b) => b.main_file,
