@@ -102,6 +102,12 @@ stop_server() {
 }
 # rss_kib [FIELD]: the server's VmRSS (or RssAnon, ...) in KiB.
 rss_kib() { awk -v f="${1:-VmRSS}:" '$1 == f { print $2 }' "/proc/$server_pid/status"; }
+# code_kib: the resident KiB of liblivecov.so's code in the server: the
+# part of what the agent adds that warm-code.ld keeps small.
+code_kib() {
+    awk '/^[0-9a-f]+-[0-9a-f]+ / { code = ($2 == "r-xp" && $6 ~ /liblivecov[^\/]*\.so$/) } code && $1 == "Rss:" { kib += $2 } END { print kib + 0 }' \
+        "/proc/$server_pid/smaps"
+}
 # The CPU time (ns) of the agent's threads (named livecov-*) so far: on two
 # shared cores a dump under traffic waits for a CPU as long as it runs.
 agent_cpu_ns() {
@@ -127,11 +133,12 @@ traffic() {
 # reading with the agent is paired with one of a server without it, taken
 # after as long a time of the same traffic.
 traffic_start=0
-# at_rss NAME: VmRSS and RssAnon now, and the seconds of traffic so far,
-# as NAME, NAME_anon and NAME_at.
+# at_rss NAME: VmRSS, RssAnon and the agent's code now, and the seconds of
+# traffic so far, as NAME, NAME_anon, NAME_code and NAME_at.
 at_rss() {
     printf -v "$1" '%s' "$(rss_kib)"
     printf -v "$1_anon" '%s' "$(rss_kib RssAnon)"
+    printf -v "$1_code" '%s' "$(code_kib)"
     printf -v "$1_at" '%s' "$((($(now_ns) - traffic_start) / 1000000))"
 }
 start_server yes
@@ -266,13 +273,14 @@ awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "rati
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
 echo "same moment: $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 echo
-# Anonymous memory apart: the rest of what is added is the agent's code,
-# clean pages of its file that the kernel reclaims first.
-printf "%-52s %8s %8s %8s %8s\n" "resident memory (VmRSS), MiB, at seconds of traffic" "without" "with" "added" "anon"
+# Anonymous memory apart: the rest of what is added is mostly the agent's
+# code (the last column), clean pages of its file that the kernel reclaims
+# first.
+printf "%-52s %8s %8s %8s %8s %8s\n" "resident memory (VmRSS), MiB, at seconds of traffic" "without" "with" "added" "anon" "code"
 memory_row() { # LABEL POINT
-    local with="rss_$2" without="none_$2" at="rss_$2_at" with_anon="rss_$2_anon" without_anon="none_$2_anon"
-    awk -v l="$1" -v s="${!at}" -v w="${!with}" -v n="${!without}" -v wa="${!with_anon}" -v na="${!without_anon}" \
-        'BEGIN { printf "%-52s %8.1f %8.1f %8.1f %8.1f\n", sprintf("%s (%.0f s)", l, s / 1000), n / 1024, w / 1024, (w - n) / 1024, (wa - na) / 1024 }'
+    local with="rss_$2" without="none_$2" at="rss_$2_at" with_anon="rss_$2_anon" without_anon="none_$2_anon" code="rss_$2_code"
+    awk -v l="$1" -v s="${!at}" -v w="${!with}" -v n="${!without}" -v wa="${!with_anon}" -v na="${!without_anon}" -v c="${!code}" \
+        'BEGIN { printf "%-52s %8.1f %8.1f %8.1f %8.1f %8.1f\n", sprintf("%s (%.0f s)", l, s / 1000), n / 1024, w / 1024, (w - n) / 1024, (wa - na) / 1024, c / 1024 }'
 }
 memory_row "before the first dump" agent
 memory_row "after 1 dump" 1
