@@ -325,7 +325,7 @@ memory_table() { # memory_table BIN
     awk -v c="$covfun" -v a="$(added_mib 100)" 'BEGIN {
         printf "%-76s %8.1f\n", sprintf("added after 100 dumps (the binary'"'"'s __llvm_covfun: %.1f MiB)", c / 1048576), a }'
     awk -v a1="$(added_mib 1)" -v a100="$(added_mib 100)" 'BEGIN {
-        printf "%-76s %8.1f\n", "growth of what it added, from dump 1 to dump 100", a100 - a1 }' 
+        printf "%-76s %8.1f\n", "growth of what it added, from dump 1 to dump 100", a100 - a1 }'
 }
 
 # --- fixtures/large ----------------------------------------------------------------

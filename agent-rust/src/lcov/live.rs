@@ -286,14 +286,8 @@ impl Kept {
             true => runs().map(|positions| positions.first().copied().unwrap_or(0)).collect(),
             false => parts.region_positions.clone(),
         };
-        let count_ends: Vec<u32> = (0..region_ends.len())
-            .scan(0, |end, k| {
-                if !parts.idle[k] {
-                    *end += (run(&region_ends, k).len() + 2 * run(&branch_ends, k).len()) as u32;
-                }
-                Some(*end)
-            })
-            .collect();
+        let counts = (0..region_ends.len()).map(|k| if parts.idle[k] { 0 } else { counts_of(&region_ends, &branch_ends, k) });
+        let count_ends: Vec<u32> = ends(counts).collect();
         let mut kept = Kept {
             words: Box::default(),
             functions: parts.ends.len() as u32,
@@ -349,12 +343,9 @@ impl Kept {
     /// [`Stretch::functions`]) in `ran` (by mapping index, ascending).
     fn wake(&mut self, own: &[u32], ran: &[usize]) {
         let a = self.arrays();
-        let mut counts = Vec::with_capacity(a.count_ends.len());
-        for k in 0..a.count_ends.len() {
-            let has = a.counts_at(k).len();
-            let wakes = has == 0 && a.has_part(k) && own.get(k).is_some_and(|&i| ran.binary_search(&(i as usize)).is_ok());
-            counts.push(if wakes { run(a.region_ends, k).len() + 2 * run(a.branch_ends, k).len() } else { has });
-        }
+        let counts: Vec<usize> = (0..a.count_ends.len())
+            .map(|k| if a.wakes(k, own, ran) { counts_of(a.region_ends, a.branch_ends, k) } else { a.counts_at(k).len() })
+            .collect();
         let mut next = Kept { words: Box::default(), counts: counts.iter().sum::<usize>() as u32, ..*self };
         next.words = vec![0u64; next.wide() + (self.words.len() - self.wide())].into_boxed_slice();
         let (wide, next_wide) = (self.wide(), next.wide());
@@ -371,12 +362,8 @@ impl Kept {
             }
             at += n;
         }
-        let ends = counts.iter().scan(0u32, |end, &n| {
-            *end += n as u32;
-            Some(*end)
-        });
         let count_ends = next.count_ends_at();
-        for (word, end) in halves_mut(&mut next.words[next_wide..])[count_ends].iter_mut().zip(ends) {
+        for (word, end) in halves_mut(&mut next.words[next_wide..])[count_ends].iter_mut().zip(ends(counts.into_iter())) {
             *word = end;
         }
         *self = next;
@@ -436,9 +423,7 @@ impl Kept {
     fn update_loaded(&mut self, coverage: &Coverage<'_>, functions: &[u32], loaded: &[(usize, usize)], ran: &[usize]) -> bool {
         let mut woke = false;
         let a = self.arrays();
-        for_loaded(functions, loaded, |k, _| {
-            woke |= a.counts_at(k).is_empty() && a.has_part(k) && ran.binary_search(&(functions[k] as usize)).is_ok();
-        });
+        for_loaded(functions, loaded, |k, _| woke |= a.wakes(k, functions, ran));
         if woke {
             self.wake(functions, ran);
         }
@@ -464,9 +449,13 @@ impl KeptArrays<'_> {
         run(self.count_ends, k)
     }
 
-    /// Whether function `k` has regions or branches in the stretch.
-    fn has_part(&self, k: usize) -> bool {
-        !run(self.region_ends, k).is_empty() || !run(self.branch_ends, k).is_empty()
+    /// Whether function `k` has no counts but a part in the stretch, and
+    /// is one of the functions that `ran` (ascending), by its mapping
+    /// index in `own` (see [`Kept::wake`]).
+    fn wakes(&self, k: usize, own: &[u32], ran: &[usize]) -> bool {
+        self.counts_at(k).is_empty()
+            && counts_of(self.region_ends, self.branch_ends, k) > 0
+            && own.get(k).is_some_and(|&i| ran.binary_search(&(i as usize)).is_ok())
     }
 
     /// Function `k`'s part read again from its `record`: whether a count
@@ -546,6 +535,20 @@ fn run(ends: &[u32], k: usize) -> std::ops::Range<usize> {
     let from = k.checked_sub(1).map_or(0, |k| ends[k] as usize);
     let to = ends.get(k).map_or(from, |&end| end as usize);
     from..to
+}
+
+/// Where each of runs of these `lengths` ends, one after the other.
+fn ends(lengths: impl Iterator<Item = usize>) -> impl Iterator<Item = u32> {
+    lengths.scan(0u32, |end, n| {
+        *end += n as u32;
+        Some(*end)
+    })
+}
+
+/// How many counts function `k` of a kept stretch has when it has them:
+/// one a region, two a branch.
+fn counts_of(region_ends: &[u32], branch_ends: &[u32], k: usize) -> usize {
+    run(region_ends, k).len() + 2 * run(branch_ends, k).len()
 }
 
 /// A function of a group, with its own summary and count.
