@@ -22,7 +22,11 @@
 #    `llvm-profdata merge -sparse` and
 #    `llvm-cov export -format=lcov` of LLVM 22 with the binary, median of
 #    BENCH_RUNS (default 5) runs; the ratio to the dumps' p50; and whether
-#    the dump is llvm-cov's report byte for byte.
+#    the dump is llvm-cov's report byte for byte. The held server takes no
+#    traffic: the peer runs on idle CPUs, where the dumps ran beside the
+#    server and its clients. So the peer also runs as often under the same
+#    traffic (against a server without the agent, in 3), for the ratio in
+#    the same conditions.
 # 3. Memory: VmRSS of the server with the agent, and its anonymous part
 #    (RssAnon) apart (no dump, once the agent rested after its start;
 #    after 1, 10 and 100 dumps under traffic; 1.5 s after the last, once
@@ -208,7 +212,7 @@ cmp -s "$work/llvm.lcov" "$work/held.lcov" && identical=yes
 kill "$traffic_pid" 2>/dev/null || true
 stop_server
 
-log "the same traffic without the agent, for its memory at the same times, and curl's floor"
+log "the same traffic without the agent, for its memory at the same times, curl's floor, and the peer under traffic"
 start_server no
 traffic_start=$(now_ns)
 traffic 600
@@ -224,6 +228,11 @@ for point in agent 1 10 100 rest; do
     printf -v "none_${point}_anon" '%s' "$(rss_kib RssAnon)"
 done
 wait "$floor_loop" || true
+: >"$work/t_llvm_busy"
+for _ in $(seq "$runs"); do
+    s=$(now_ns); run_llvm; e=$(now_ns)
+    echo "$(((e - s) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }' >>"$work/t_llvm_busy"
+done
 kill "$floor_pid" "$traffic_pid" 2>/dev/null || true
 stop_server
 
@@ -255,6 +264,7 @@ covfun_hex=$(objdump -h "$server" | awk '$2 == "__llvm_covfun" { print $3 }')
 covfun=$((16#${covfun_hex:-0}))
 p50_busy=$(median <"$work/t_busy")
 t_llvm=$(median <"$work/t_llvm")
+t_llvm_busy=$(median <"$work/t_llvm_busy")
 ver=${redis_build%-*}
 echo
 echo "busy: redis $ver (Debian's source package; clang-19 coverage), LD_PRELOAD $label, its timers at hz 10,"
@@ -271,6 +281,8 @@ printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
 printf "%-62s %10.2f %10s\n" "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm" "-"
 awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic (p50; goal: at least 100x)", l / d, "-" }'
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
+printf "%-62s %10.2f %10s\n" "the peer under the same traffic, ms" "$t_llvm_busy" "-"
+awk -v l="$t_llvm_busy" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump, both under traffic (p50)", l / d, "-" }'
 echo "same moment: $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 echo
 # Anonymous memory apart: the rest of what is added is mostly the agent's
