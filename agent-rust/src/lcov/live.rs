@@ -369,6 +369,12 @@ impl Kept {
         *self = next;
     }
 
+    /// Whether each of its functions has its counts (one a region, two a
+    /// branch).
+    fn has_all_counts(&self) -> bool {
+        self.counts as usize == self.regions as usize + 2 * self.branches as usize
+    }
+
     /// How many of its words are `u64`s.
     fn wide(&self) -> usize {
         (self.slots + self.counts + 2 * self.places) as usize
@@ -421,11 +427,14 @@ impl Kept {
     /// of the ones that `ran` (ascending) given counts first if they had
     /// none (see [`Self::wake`]): whether a count of them changed.
     fn update_loaded(&mut self, coverage: &Coverage<'_>, functions: &[u32], loaded: &[(usize, usize)], ran: &[usize]) -> bool {
-        let mut woke = false;
-        let a = self.arrays();
-        for_loaded(functions, loaded, |k, _| woke |= a.wakes(k, functions, ran));
-        if woke {
-            self.wake(functions, ran);
+        // Most stretches have every function's counts: none can wake.
+        if !self.has_all_counts() {
+            let mut woke = false;
+            let a = self.arrays();
+            for_loaded(functions, loaded, |k, _| woke |= a.wakes(k, functions, ran));
+            if woke {
+                self.wake(functions, ran);
+            }
         }
         let mut changed = false;
         let mut a = self.arrays();
