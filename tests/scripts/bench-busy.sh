@@ -36,8 +36,11 @@
 #    __llvm_covfun section.
 # 4. Throughput: redis-benchmark's requests per second (SET and GET,
 #    BENCH_BUSY_LOAD_REQUESTS each, default 200000) without the agent, with
-#    it and no dumps, and with a dump every 100 ms; median of
-#    BENCH_BUSY_ROUNDS (default 3) rounds of the three, interleaved.
+#    it and no dumps, and with a dump every 100 ms; and, for the client's
+#    own cost (curl started ten times a second, 1.8 MB read each time),
+#    without the agent while the same bytes are fetched as often from a
+#    trivial server; median of BENCH_BUSY_ROUNDS (default 3) rounds of the
+#    four, interleaved.
 # BENCH_BUSY_REV=COMMIT measures that commit's liblivecov instead of the
 # checkout's (as bench-fleet.sh). Prints progress on stderr, the table on
 # stdout. Every loop is bounded; loopback only; not part of CI.
@@ -121,8 +124,8 @@ agent_cpu_ns() {
     done
     echo "$total"
 }
-dump() { # dump OUT: one GET /coverage, its time in ms on stdout
-    curl -s --max-time 30 --unix-socket "$socket" -o "$1" -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
+dump() { # dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on stdout
+    curl -s --max-time 30 --unix-socket "${2:-$socket}" -o "$1" -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
 }
 # traffic SECONDS: redis-benchmark in a loop (-l), bounded by time.
 traffic() {
@@ -241,7 +244,7 @@ throughput() { # requests/s of SET and GET together
     env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -c 8 -n "$load_requests" -t set,get -r 10000 2>/dev/null |
         tr '\r' '\n' | awk '/requests per second/ { sub(/:/, "", $2); n++; s += $2 } END { if (n) printf "%.0f\n", s / n; else print "nan" }'
 }
-: >"$work/rps_none"; : >"$work/rps_agent"; : >"$work/rps_dumps"
+: >"$work/rps_none"; : >"$work/rps_agent"; : >"$work/rps_dumps"; : >"$work/rps_floor"
 for r in $(seq "$rounds"); do
     log "throughput round $r of $rounds"
     start_server no
@@ -256,6 +259,16 @@ for r in $(seq "$rounds"); do
     throughput >>"$work/rps_dumps"
     kill "$dumper" 2>/dev/null || true
     wait "$dumper" 2>/dev/null || true
+    stop_server
+    start_server no
+    serve_file "$cov/floor-$r.sock" "$work/held.lcov"
+    pids+=("$floor_pid")
+    ( for _ in $(seq 3000); do sleep 0.1; dump /dev/null "$cov/floor-$r.sock" >/dev/null || true; done ) &
+    fetcher=$!
+    pids+=("$fetcher")
+    throughput >>"$work/rps_floor"
+    kill "$fetcher" "$floor_pid" 2>/dev/null || true
+    wait "$fetcher" 2>/dev/null || true
     stop_server
 done
 
@@ -306,3 +319,4 @@ printf "%-62s %10s\n" "throughput, SET + GET, median of $rounds" "req/s"
 printf "%-62s %10s\n" "without the agent" "$(median <"$work/rps_none")"
 printf "%-62s %10s\n" "with the agent, no dumps" "$(median <"$work/rps_agent")"
 printf "%-62s %10s\n" "with the agent, a dump every 100 ms" "$(median <"$work/rps_dumps")"
+printf "%-62s %10s\n" "without it, its bytes fetched every 100 ms from a trivial server" "$(median <"$work/rps_floor")"
