@@ -150,7 +150,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         let touched: Vec<_> = touched.into_iter().map(|(file, changed)| (file, live[&file].reach(changed))).collect();
         for (file, reach) in &touched {
             let before = loaded.len();
-            live[file].needs(reach, &mut loaded);
+            loaded.extend(live[file].needs(reach));
             kept_stretches_reached += usize::from(loaded.len() == before);
         }
         loaded.sort_unstable();

@@ -1073,7 +1073,7 @@ impl Engine {
             .map(|(file, reach)| {
                 let mut needed = reach.changed().to_vec();
                 if let Some(live) = last.files[file as usize].live() {
-                    live.needs(&reach, &mut needed);
+                    needed.extend(live.needs(&reach));
                 }
                 ((file, reach), needed)
             })

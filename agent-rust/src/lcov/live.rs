@@ -112,20 +112,36 @@ struct Fresh {
     da: String,
     brda: String,
     stretches: Vec<(usize, TextRange, TextRange)>,
+    /// The slots of the functions whose `FNDA` counts changed, in order.
+    names: Vec<usize>,
+    /// The record's own lines written over its last text, and where they
+    /// go (see [`LiveFile::write_over`]).
+    lines: String,
+    own: Vec<(TextRange, TextRange)>,
 }
 
 /// The functions of a record that changed since the last dump (by mapping
 /// index, ascending), and its stretches and groups they reach (ascending):
-/// found once for [`LiveFile::needs`] and [`LiveFile::update`].
+/// found once for [`LiveFile::needs`] and [`LiveFile::update`]. In one
+/// vector, one after the other: a dump reaches tens of records, and three
+/// vectors each were a sixth of its allocations.
 pub struct Reach {
-    changed: Vec<usize>,
-    stretches: Vec<usize>,
-    groups: Vec<usize>,
+    found: Vec<usize>,
+    stretches_at: usize,
+    groups_at: usize,
 }
 
 impl Reach {
     pub fn changed(&self) -> &[usize] {
-        &self.changed
+        &self.found[..self.stretches_at]
+    }
+
+    fn stretches(&self) -> &[usize] {
+        &self.found[self.stretches_at..self.groups_at]
+    }
+
+    fn groups(&self) -> &[usize] {
+        &self.found[self.groups_at..]
     }
 }
 
@@ -669,6 +685,28 @@ fn gallop<T>(sorted: &[T], below: impl Fn(&T) -> bool) -> usize {
     from + sorted[from..end.min(sorted.len())].partition_point(below)
 }
 
+/// Where stretch `k` of `stretches` has its lines (see
+/// [`LiveFile::line_starts`]).
+fn line_starts(stretches: &[Stretch], lines_at: u32, k: usize) -> (u32, u32) {
+    match k.checked_sub(1) {
+        Some(before) => (stretches[before].da_end, stretches[before].brda_end),
+        None => (lines_at, stretches.last().map_or(lines_at, |s| s.da_end)),
+    }
+}
+
+/// Sorts `values[from..]` and leaves each of its values once.
+fn sort_dedup_from(values: &mut Vec<usize>, from: usize) {
+    values[from..].sort_unstable();
+    let mut end = from;
+    for k in from..values.len() {
+        if end == from || values[k] != values[end - 1] {
+            values[end] = values[k];
+            end += 1;
+        }
+    }
+    values.truncate(end);
+}
+
 /// Pairs sorted into an index for [`find`]; of two for one function, the
 /// later (as a map filled in that order keeps it).
 fn index(mut pairs: Vec<(u32, u32)>) -> Vec<(u32, u32)> {
@@ -812,8 +850,30 @@ impl LiveFile {
     /// What the `changed` functions (ascending) reach of this record, to
     /// update it after they ran.
     pub fn reach(&self, changed: Vec<usize>) -> Reach {
-        let (stretches, groups) = self.reached(&changed);
-        Reach { changed, stretches, groups }
+        let mut found = changed;
+        let stretches_at = found.len();
+        // A function has a stretch or two and a group.
+        found.reserve(3 * stretches_at);
+        // `changed` ascends: each search starts where the last one ended.
+        let mut from = 0;
+        for c in 0..stretches_at {
+            let i = found[c];
+            from += gallop(&self.stretches_of[from..], |&(f, _)| (f as usize) < i);
+            let of_i = self.stretches_of[from..].iter().take_while(|&&(f, _)| f as usize == i);
+            found.extend(of_i.map(|&(_, k)| k as usize));
+        }
+        // In order: the stretches are computed, and their lines written, in
+        // the order of the text.
+        sort_dedup_from(&mut found, stretches_at);
+        let groups_at = found.len();
+        let mut from = 0;
+        for c in 0..stretches_at {
+            let i = found[c];
+            from += gallop(&self.group_of[from..], |&(f, _)| (f as usize) < i);
+            found.extend(self.group_of.get(from).filter(|&&(f, _)| f as usize == i).map(|&(_, g)| g as usize));
+        }
+        sort_dedup_from(&mut found, groups_at);
+        Reach { found, stretches_at, groups_at }
     }
 
     /// The stretches `reach` has of several functions that keep no parts
@@ -824,7 +884,7 @@ impl LiveFile {
     /// stretches (a macro, expanded by hundreds of functions) were most of
     /// the memory a dump took.
     pub fn unkept(&self, reach: &Reach) -> Vec<(usize, Vec<usize>)> {
-        let unkept = reach.stretches.iter().filter(|&&k| self.stretches[k].kept.is_none());
+        let unkept = reach.stretches().iter().filter(|&&k| self.stretches[k].kept.is_none());
         let functions = |k: usize| self.functions_of(k).iter().map(|&i| i as usize).collect();
         unkept.filter(|&&k| self.functions_of(k).len() > 1).map(|&k| (k, functions(k))).collect()
     }
@@ -855,15 +915,12 @@ impl LiveFile {
         stretch.kept_now = true;
     }
 
-    /// Adds to `out` the functions a dump must load, besides the changed
-    /// ones, to update this record: all those of the stretches `reach`
-    /// has of several functions that keep no parts yet.
-    pub fn needs(&self, reach: &Reach, out: &mut Vec<usize>) {
-        for &k in &reach.stretches {
-            if self.stretches[k].kept.is_none() {
-                out.extend(self.functions_of(k).iter().map(|&i| i as usize));
-            }
-        }
+    /// The functions a dump must load, besides the changed ones, to update
+    /// this record: all those of the stretches `reach` has of several
+    /// functions that keep no parts yet.
+    pub fn needs<'a>(&'a self, reach: &'a Reach) -> impl Iterator<Item = usize> + 'a {
+        let unkept = reach.stretches().iter().filter(|&&k| self.stretches[k].kept.is_none());
+        unkept.flat_map(|&k| self.functions_of(k).iter().map(|&i| i as usize))
     }
 
     /// Computes again what `reach` has, from `coverage`, which loaded its
@@ -876,31 +933,30 @@ impl LiveFile {
         reach: &Reach,
         work: &mut Work<'m>,
     ) {
-        let mut wanted = reach.changed.clone();
-        self.needs(reach, &mut wanted);
+        let wanted = reach.changed().iter().copied().chain(self.needs(reach));
         // (mapping index, place in `coverage`), by mapping index.
-        let mut loaded: Vec<(usize, usize)> = wanted.iter().filter_map(|&i| Some((i, *index_of.get(&i)?))).collect();
+        let mut loaded: Vec<(usize, usize)> = wanted.filter_map(|i| Some((i, *index_of.get(&i)?))).collect();
         loaded.sort_unstable();
         loaded.dedup();
+        let fresh = &mut work.fresh;
         // The `FNDA` lines of the counts that changed.
-        let mut fresh_names = Vec::new();
+        fresh.names.clear();
         for &(i, at) in &loaded {
             if let Some(slot) = find(&self.defined_at, i) {
                 let count = coverage.functions[at].execution_count;
                 if self.executions[slot] != count {
                     self.executions[slot] = count;
-                    fresh_names.push(slot);
+                    fresh.names.push(slot);
                 }
             }
         }
-        fresh_names.sort_unstable();
-        let fresh = &mut work.fresh;
+        fresh.names.sort_unstable();
         fresh.da.clear();
         fresh.brda.clear();
         fresh.stretches.clear();
         // The lines computed again take about as much room as they did.
         let mut lengths = (0, 0);
-        for &k in &reach.stretches {
+        for &k in reach.stretches() {
             let (da_from, brda_from) = self.line_starts(k);
             let s = &self.stretches[k];
             lengths.0 += s.da_end.saturating_sub(da_from) as usize + 16;
@@ -909,16 +965,16 @@ impl LiveFile {
         fresh.da.reserve(lengths.0);
         fresh.brda.reserve(lengths.1);
         let n = self.stretches.len();
-        for &k in &reach.stretches {
+        for &k in reach.stretches() {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
-            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, Some(&reach.changed), work);
+            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, Some(reach.changed()), work);
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
         // which of its counts are zero changed: a service runs the same
         // paths again and again.
         let Work { data, mask, .. } = work;
-        for &g in &reach.groups {
+        for &g in reach.groups() {
             let members = &mut self.members[range(self.groups[g])];
             let (before, ran) = group_summary(members);
             self.total.sub(before);
@@ -946,31 +1002,9 @@ impl LiveFile {
             self.total.add(after);
             self.hit += u32::from(ran);
         }
-        if !self.write_over(&work.fresh, &fresh_names) {
-            self.render(&work.fresh, &fresh_names);
+        if !self.write_over(&mut work.fresh) {
+            self.render(&work.fresh, &work.fresh.names);
         }
-    }
-
-    /// The stretches and groups of `changed`, in order (the stretches are
-    /// computed, and their lines written, in the order of the text).
-    fn reached(&self, changed: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        // A function has a stretch or two and a group. `changed` ascends:
-        // each search starts where the last one ended.
-        let mut stretches = Vec::with_capacity(changed.len() * 2);
-        let mut groups = Vec::with_capacity(changed.len());
-        let (mut in_stretches, mut in_groups) = (0, 0);
-        for &i in changed {
-            in_stretches += gallop(&self.stretches_of[in_stretches..], |&(f, _)| (f as usize) < i);
-            let of_i = self.stretches_of[in_stretches..].iter().take_while(|&&(f, _)| f as usize == i);
-            stretches.extend(of_i.map(|&(_, k)| k as usize));
-            in_groups += gallop(&self.group_of[in_groups..], |&(f, _)| (f as usize) < i);
-            groups.extend(self.group_of.get(in_groups).filter(|&&(f, _)| f as usize == i).map(|&(_, g)| g as usize));
-        }
-        for found in [&mut stretches, &mut groups] {
-            found.sort_unstable();
-            found.dedup();
-        }
-        (stretches, groups)
     }
 
     /// The text (as [`super::write_file`] writes a record, without `TN:`)
@@ -1032,10 +1066,7 @@ impl LiveFile {
     /// the last stretch's end, the first's `DA` lines at `lines_at` and
     /// its `BRDA` lines where the last stretch's `DA` lines end.
     fn line_starts(&self, k: usize) -> (u32, u32) {
-        match k.checked_sub(1) {
-            Some(before) => (self.stretches[before].da_end, self.stretches[before].brda_end),
-            None => (self.lines_at, self.stretches.last().map_or(self.lines_at, |s| s.da_end)),
-        }
+        line_starts(&self.stretches, self.lines_at, k)
     }
 
     /// Writes the lines computed again over those they replace in the last
@@ -1044,42 +1075,48 @@ impl LiveFile {
     /// and no report holds the text any longer: no copy of the record, and
     /// no new block of its size. Whether it did; if not, the text is as it
     /// was, for [`Self::render`].
-    fn write_over(&mut self, fresh: &Fresh, fresh_names: &[usize]) -> bool {
+    fn write_over(&mut self, fresh: &mut Fresh) -> bool {
         if !self.text.is_unique() {
             return false;
         }
         // The lines of the `FNDA` counts, the function totals and the
-        // file totals, as `render` writes them.
-        let mut lines = String::new();
-        // (where in the text, where in `lines`): the `FNDA` lines, the
-        // totals that follow them, and the totals that end the record.
-        let mut own: Vec<(TextRange, TextRange)> = Vec::with_capacity(fresh_names.len() + 2);
-        for &slot in fresh_names {
+        // file totals, as `render` writes them, and (where in the text,
+        // where in `lines`) of each: the `FNDA` lines, the totals that
+        // follow them, and the totals that end the record.
+        let Fresh { da, brda, stretches, names, lines, own } = fresh;
+        lines.clear();
+        own.clear();
+        for &slot in names.iter() {
             let from = lines.len() as u32;
-            self.push_fnda_line(&mut lines, slot);
+            self.push_fnda_line(lines, slot);
             let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]);
             own.push(((start, self.fnda_ends[slot]), (from, lines.len() as u32)));
         }
         let from = lines.len() as u32;
-        self.push_function_totals(&mut lines);
+        self.push_function_totals(lines);
         let fnda_end = self.fnda_ends.last().map_or(self.head as u32, |&end| end);
         own.push(((fnda_end, self.lines_at), (from, lines.len() as u32)));
         let from = lines.len() as u32;
-        self.push_file_totals(&mut lines);
+        self.push_file_totals(lines);
         let brda_end = self.stretches.last().map_or(self.lines_at, |s| s.brda_end);
         own.push(((brda_end, self.text.len() as u32), (from, lines.len() as u32)));
-        let stretches = fresh.stretches.iter().flat_map(|&(k, da, brda)| {
-            let (s, (da_start, brda_start)) = (&self.stretches[k], self.line_starts(k));
-            [((da_start, s.da_end), &fresh.da, da), ((brda_start, s.brda_end), &fresh.brda, brda)]
-        });
-        let edits: Vec<_> = own.iter().map(|&(at, line)| (at, &lines, line)).chain(stretches).collect();
-        let fits = |(from, to): TextRange, len: u32| to.checked_sub(from) == Some(len) && to as usize <= self.text.len();
-        if !edits.iter().all(|&(at, _, (from, to))| fits(at, to - from)) {
+        // Walked twice, to check and to write, rather than collected.
+        let (parts, lines_at) = (&self.stretches, self.lines_at);
+        let edits = || {
+            let fresh_lines = stretches.iter().flat_map(|&(k, da_at, brda_at)| {
+                let (s, (da_start, brda_start)) = (&parts[k], line_starts(parts, lines_at, k));
+                [((da_start, s.da_end), da.as_bytes(), da_at), ((brda_start, s.brda_end), brda.as_bytes(), brda_at)]
+            });
+            own.iter().map(|&(at, line)| (at, lines.as_bytes(), line)).chain(fresh_lines)
+        };
+        let len = self.text.len();
+        let fits = |(from, to): TextRange, n: u32| to.checked_sub(from) == Some(n) && to as usize <= len;
+        if !edits().all(|(at, _, (from, to))| fits(at, to - from)) {
             return false;
         }
         let mut text = BytesMut::from(std::mem::take(&mut self.text));
-        for (at, source, new) in edits {
-            text[range(at)].copy_from_slice(&source.as_bytes()[range(new)]);
+        for (at, source, new) in edits() {
+            text[range(at)].copy_from_slice(&source[range(new)]);
         }
         self.text = text.freeze();
         true
@@ -1187,7 +1224,19 @@ impl Stretch {
 
 #[cfg(test)]
 mod tests {
-    use super::gallop;
+    use super::{gallop, sort_dedup_from};
+
+    #[test]
+    fn sort_dedup_from_leaves_what_is_before_it() {
+        let mut values = vec![9, 4, 7, 3, 7, 1, 3, 3];
+        sort_dedup_from(&mut values, 2);
+        assert_eq!(values, [9, 4, 1, 3, 7]);
+        sort_dedup_from(&mut values, 5);
+        assert_eq!(values, [9, 4, 1, 3, 7]);
+        let mut values = vec![2, 2];
+        sort_dedup_from(&mut values, 0);
+        assert_eq!(values, [2]);
+    }
 
     #[test]
     fn gallop_finds_what_partition_point_finds() {
