@@ -200,16 +200,20 @@ curl -s --max-time 30 --unix-socket "$socket" -o "$work/after.profraw" 'localhos
 for _ in $(seq 10); do dump /dev/null >>"$work/t_unchanged"; done
 same_moment=no
 cmp -s "$work/before.profraw" "$work/after.profraw" && same_moment=yes
-: >"$work/t_llvm"
 run_llvm() {
     "$profdata" merge -sparse "$work/after.profraw" -o "$work/x.profdata" &&
         "$llvm_cov" export -format=lcov "$server" -instr-profile "$work/x.profdata" >"$work/llvm.lcov"
 }
+# time_llvm OUT: the peer's time, in ms, of $runs runs, into OUT.
+time_llvm() {
+    : >"$1"
+    for _ in $(seq "$runs"); do
+        s=$(now_ns); run_llvm; e=$(now_ns)
+        echo "$(((e - s) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }' >>"$1"
+    done
+}
 run_llvm
-for _ in $(seq "$runs"); do
-    s=$(now_ns); run_llvm; e=$(now_ns)
-    echo "$(((e - s) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }' >>"$work/t_llvm"
-done
+time_llvm "$work/t_llvm"
 identical=no
 cmp -s "$work/llvm.lcov" "$work/held.lcov" && identical=yes
 kill "$traffic_pid" 2>/dev/null || true
@@ -231,11 +235,7 @@ for point in agent 1 10 100 rest; do
     printf -v "none_${point}_anon" '%s' "$(rss_kib RssAnon)"
 done
 wait "$floor_loop" || true
-: >"$work/t_llvm_busy"
-for _ in $(seq "$runs"); do
-    s=$(now_ns); run_llvm; e=$(now_ns)
-    echo "$(((e - s) / 1000))" | awk '{ printf "%.3f\n", $1 / 1000 }' >>"$work/t_llvm_busy"
-done
+time_llvm "$work/t_llvm_busy"
 kill "$floor_pid" "$traffic_pid" 2>/dev/null || true
 stop_server
 

@@ -694,6 +694,21 @@ fn line_starts(stretches: &[Stretch], lines_at: u32, k: usize) -> (u32, u32) {
     }
 }
 
+/// Appends to `found` what `index` (sorted pairs) has for each of its
+/// first `keys` values (ascending), sorted and each once. Each search
+/// starts where the last one ended: the next key is most often near.
+fn extend_from_index(found: &mut Vec<usize>, keys: usize, index: &[(u32, u32)]) {
+    let start = found.len();
+    let mut from = 0;
+    for c in 0..keys {
+        let key = found[c];
+        from += gallop(&index[from..], |&(f, _)| (f as usize) < key);
+        let of_key = index[from..].iter().take_while(|&&(f, _)| f as usize == key);
+        found.extend(of_key.map(|&(_, v)| v as usize));
+    }
+    sort_dedup_from(found, start);
+}
+
 /// Sorts `values[from..]` and leaves each of its values once.
 fn sort_dedup_from(values: &mut Vec<usize>, from: usize) {
     values[from..].sort_unstable();
@@ -854,25 +869,11 @@ impl LiveFile {
         let stretches_at = found.len();
         // A function has a stretch or two and a group.
         found.reserve(3 * stretches_at);
-        // `changed` ascends: each search starts where the last one ended.
-        let mut from = 0;
-        for c in 0..stretches_at {
-            let i = found[c];
-            from += gallop(&self.stretches_of[from..], |&(f, _)| (f as usize) < i);
-            let of_i = self.stretches_of[from..].iter().take_while(|&&(f, _)| f as usize == i);
-            found.extend(of_i.map(|&(_, k)| k as usize));
-        }
         // In order: the stretches are computed, and their lines written, in
         // the order of the text.
-        sort_dedup_from(&mut found, stretches_at);
+        extend_from_index(&mut found, stretches_at, &self.stretches_of);
         let groups_at = found.len();
-        let mut from = 0;
-        for c in 0..stretches_at {
-            let i = found[c];
-            from += gallop(&self.group_of[from..], |&(f, _)| (f as usize) < i);
-            found.extend(self.group_of.get(from).filter(|&&(f, _)| f as usize == i).map(|&(_, g)| g as usize));
-        }
-        sort_dedup_from(&mut found, groups_at);
+        extend_from_index(&mut found, stretches_at, &self.group_of);
         Reach { found, stretches_at, groups_at }
     }
 
