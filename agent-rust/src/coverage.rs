@@ -812,38 +812,202 @@ impl Shape {
     }
 }
 
-impl ShapeWords<'_> {
-    /// The segments with the slots' `counts`, into `out`.
-    pub fn segments(self, counts: &[u64], out: &mut Vec<Segment>) {
+impl<'a> ShapeWords<'a> {
+    /// Its segments, with their slots.
+    fn shaped(self) -> impl Iterator<Item = ShapedSegment> + 'a {
         // 3 words a segment and a quarter: `4 * len / 13` segments, exactly
         // (`13 n <= 4 * len <= 13 n + 3`).
         let n = self.0.len() * 4 / 13;
         let (positions, flags) = self.0.split_at(3 * n);
-        out.clear();
-        out.reserve(n);
-        for (k, s) in positions.chunks_exact(3).enumerate() {
+        positions.chunks_exact(3).enumerate().map(move |(k, s)| {
             let flags = flags.get(k / 4).map_or(0, |word| (word >> (8 * (k % 4))) as u8);
-            let has_count = flags & HAS_COUNT != 0;
-            let count = counts.get(s[2] as usize).copied().unwrap_or(0);
-            if flags & SKIPPABLE != 0 {
+            ShapedSegment { line: s[0], col: s[1], slot: s[2], flags }
+        })
+    }
+
+    /// The segments with the slots' `counts`, into `out`.
+    pub fn segments(self, counts: &[u64], out: &mut Vec<Segment>) {
+        out.clear();
+        out.reserve(self.0.len() * 4 / 13);
+        for s in self.shaped() {
+            let count = counts.get(s.slot as usize).copied().unwrap_or(0);
+            if s.flags & SKIPPABLE != 0 {
                 // As the builder's `start_segment`, which compares the
                 // region's count even where the segment has none.
                 if let Some(last) = out.last() {
-                    if last.has_count == has_count && last.count == count && !last.is_region_entry {
+                    if last.has_count == s.has_count() && last.count == count && !last.is_region_entry {
                         continue;
                     }
                 }
             }
-            let count = if has_count { count } else { 0 };
             out.push(Segment {
-                line: s[0],
-                col: s[1],
-                count,
-                has_count,
-                is_region_entry: flags & IS_REGION_ENTRY != 0,
-                is_gap: flags & IS_GAP != 0,
+                line: s.line,
+                col: s.col,
+                count: if s.has_count() { count } else { 0 },
+                has_count: s.has_count(),
+                is_region_entry: s.is_region_entry(),
+                is_gap: s.flags & IS_GAP != 0,
             });
         }
+    }
+
+    /// The shape's [`LinePlan`], into `out` (cleared first): whether it
+    /// has one.
+    pub fn line_plan(self, out: &mut Vec<u32>) -> bool {
+        out.clear();
+        let mut segments: Vec<ShapedSegment> = self.shaped().collect();
+        // The lines end at the last segment the builder keeps: one it
+        // always leaves out is not there, and one it may leave out must not
+        // move that end past lines that read a count.
+        while segments.len() > 1 && left_out(&segments, segments.len() - 1) == LeftOut::Always {
+            segments.pop();
+        }
+        if let Some(kept) = (0..segments.len()).rev().find(|&k| left_out(&segments, k) == LeftOut::Never) {
+            let last = segments[kept];
+            if last.has_count() && segments[kept + 1..].iter().any(|s| s.line > last.line) {
+                return false;
+            }
+        }
+        // As `line_stats`, with slots for counts.
+        let mut wrapped: Option<ShapedSegment> = None;
+        let (mut next, mut line) = (0, 1u32);
+        let mut on_line = 0..0;
+        while next < segments.len() {
+            if let Some(last) = on_line.clone().last() {
+                wrapped = Some(segments[last]);
+            }
+            let first = next;
+            while next < segments.len() && segments[next].line <= line {
+                next += 1;
+            }
+            on_line = first..next;
+            let wrapped_slot = wrapped.filter(|w| w.has_count()).map(|w| w.slot);
+            if on_line.is_empty() {
+                let next_line = segments[next].line;
+                if let Some(slot) = wrapped_slot {
+                    push_run(out, line, next_line - line, &[slot]);
+                }
+                line = next_line;
+                continue;
+            }
+            let Some(starts_skipped) = starts_skipped(&segments, on_line.clone()) else { return false };
+            let on = &segments[on_line.clone()];
+            let starts = on.iter().filter(|s| s.starts_region()).map(|s| s.slot);
+            let mut mapped = !starts_skipped && (wrapped_slot.is_some() || starts.clone().next().is_some());
+            mapped |= on.iter().any(|s| s.is_region_entry() && s.has_count());
+            if mapped {
+                let slots: Vec<u32> = wrapped_slot.into_iter().chain(starts).collect();
+                if slots.len() > usize::from(u16::MAX) {
+                    return false;
+                }
+                push_run(out, line, 1, &slots);
+            }
+            line = match line.checked_add(1) {
+                Some(l) => l,
+                None => break,
+            };
+        }
+        true
+    }
+}
+
+/// The mapped lines of a [`Shape`]'s segments as llvm-cov reads them (see
+/// [`line_stats`]), with their counts left out: runs of lines, each with
+/// the slots whose largest count is its count (a line's count is the
+/// largest of the regions starting on it and of the one wrapping it). A
+/// live agent's dump writes a stretch's `DA` lines from it, without
+/// building its segments, and writes over the counts in the last text
+/// that changed.
+///
+/// Which segments the builder leaves out depends on counts (see
+/// [`ShapeWords::segments`]), but one left out enters no region and
+/// repeats the count of the one before it: the lines read the same with
+/// or without it, except where it is the first of its line and a skipped
+/// region starts next on that line. A shape where that depends on its
+/// counts has no plan.
+///
+/// Words: of each run, its first line, its number of lines and of slots
+/// (16 bits each), then its slots.
+#[derive(Debug, Clone, Copy)]
+pub struct LinePlan<'a>(pub &'a [u32]);
+
+impl<'a> LinePlan<'a> {
+    /// Its runs with the slots' `counts`: (first line, lines, count).
+    pub fn runs(self, counts: &'a [u64]) -> impl Iterator<Item = (u32, u32, u64)> + 'a {
+        let mut words = self.0;
+        std::iter::from_fn(move || {
+            let [line, sizes, rest @ ..] = words else { return None };
+            let (lines, n) = (sizes & 0xffff, (sizes >> 16) as usize);
+            let (slots, rest) = rest.split_at(n.min(rest.len()));
+            words = rest;
+            let count = slots.iter().map(|&s| counts.get(s as usize).copied().unwrap_or(0)).max().unwrap_or(0);
+            Some((*line, lines, count))
+        })
+    }
+}
+
+/// Adds a run of `lines` lines from `line` with these `slots` (at most
+/// 2^16) to a [`LinePlan`]'s words, in runs of at most 2^16 lines.
+fn push_run(out: &mut Vec<u32>, mut line: u32, mut lines: u32, slots: &[u32]) {
+    while lines > 0 {
+        let run = lines.min(u32::from(u16::MAX));
+        out.extend([line, run | (slots.len() as u32) << 16]);
+        out.extend_from_slice(slots);
+        (line, lines) = (line + run, lines - run);
+    }
+}
+
+/// Whether the builder leaves out segment `k` of `segments` (see
+/// [`ShapeWords::segments`]): it compares it with the last one it kept,
+/// which is the one before, or one with the same count and flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeftOut {
+    Never,
+    Always,
+    /// When its count is the one before's.
+    Maybe,
+}
+
+fn left_out(segments: &[ShapedSegment], k: usize) -> LeftOut {
+    let s = segments[k];
+    let Some(before) = k.checked_sub(1).map(|b| segments[b]) else { return LeftOut::Never };
+    if s.flags & SKIPPABLE == 0 || before.is_region_entry() || before.has_count() != s.has_count() {
+        LeftOut::Never
+    } else if s.has_count() && before.slot == s.slot {
+        LeftOut::Always
+    } else {
+        LeftOut::Maybe
+    }
+}
+
+/// Whether the first segment the builder keeps of those `on_line` starts
+/// a skipped region (as `stats_for_line` reads it); `None` when that
+/// depends on counts.
+fn starts_skipped(segments: &[ShapedSegment], on_line: std::ops::Range<usize>) -> Option<bool> {
+    for k in on_line.clone() {
+        let s = segments[k];
+        match left_out(segments, k) {
+            LeftOut::Never => return Some(!s.has_count() && s.is_region_entry()),
+            LeftOut::Always => {}
+            // Kept, it is the first, and it enters no region.
+            LeftOut::Maybe => return starts_skipped(segments, k + 1..on_line.end).filter(|&skipped| !skipped),
+        }
+    }
+    Some(false)
+}
+
+impl ShapedSegment {
+    fn has_count(&self) -> bool {
+        self.flags & HAS_COUNT != 0
+    }
+
+    fn is_region_entry(&self) -> bool {
+        self.flags & IS_REGION_ENTRY != 0
+    }
+
+    /// As `stats_for_line`'s `starts_region`.
+    fn starts_region(&self) -> bool {
+        self.flags & IS_GAP == 0 && self.has_count() && self.is_region_entry()
     }
 }
 
@@ -1220,5 +1384,62 @@ mod tests {
                 assert_eq!(shaped, built, "{regions:?}, followed: {followed}");
             }
         }
+    }
+
+    #[test]
+    fn a_line_plan_given_counts_reads_as_the_segments_built_with_them() {
+        // As above, with counts from two values: segments the builder
+        // leaves out or keeps by their counts are frequent.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let kinds = [RegionKind::Code, RegionKind::Code, RegionKind::Gap, RegionKind::Skipped, RegionKind::Expansion];
+        let (mut planned, mut shapes) = (0, 0);
+        for _ in 0..4000 {
+            let mut regions = Vec::new();
+            for _ in 0..1 + next(8) {
+                let start = (1 + next(6) as u32, 1 + next(4) as u32);
+                let end = if next(5) == 0 { start } else { (start.0 + next(4) as u32, 1 + next(4) as u32) };
+                let end = end.max(start);
+                regions.push(region(kinds[next(kinds.len() as u64) as usize], start, end, 0));
+            }
+            let spans: Vec<Span> = regions.iter().map(Span::of).collect();
+            for followed in [false, true] {
+                let (shape, slot_of) = Shape::new(&spans, followed);
+                let mut plan = Vec::new();
+                shapes += 1;
+                if !ShapeWords(shape.words()).line_plan(&mut plan) {
+                    continue;
+                }
+                planned += 1;
+                for _ in 0..4 {
+                    let counts: Vec<u64> = (0..spans.len()).map(|_| next(2)).collect();
+                    let mut slots = vec![0u64; spans.len()];
+                    let mut regions = regions.clone();
+                    for ((r, &count), &slot) in regions.iter_mut().zip(&counts).zip(&slot_of) {
+                        r.count = count;
+                        if slot != NO_SLOT {
+                            slots[slot as usize] += count;
+                        }
+                    }
+                    let spans: Vec<Span> = regions.iter().map(Span::of).collect();
+                    let mut scratch = Scratch { spans, ..Scratch::default() };
+                    let mut built = Vec::new();
+                    scratch.build_segments(&mut built, followed);
+                    let mut read = Vec::new();
+                    line_stats(&built, |s, run| read.extend((s.line..s.line + run).filter(|_| s.mapped).map(|l| (l, s.count))));
+                    let runs = LinePlan(&plan).runs(&slots);
+                    let planned_lines: Vec<(u32, u64)> = runs.flat_map(|(line, n, count)| (line..line + n).map(move |l| (l, count))).collect();
+                    assert_eq!(planned_lines, read, "{regions:?}, followed: {followed}");
+                }
+            }
+        }
+        // A shape has no plan only where the segments the builder leaves
+        // out change which lines read which counts.
+        assert!(planned * 10 > shapes * 9, "{planned} of {shapes} shapes planned");
     }
 }

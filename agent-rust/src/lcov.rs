@@ -234,17 +234,22 @@ fn write_fnda_lines(out: &mut String, counts: impl Iterator<Item = u64>, names: 
 fn write_lines(out: &mut String, segments: &[crate::coverage::Segment]) {
     line_stats(segments, |s, run| {
         if s.mapped {
-            let mut count = itoa::Buffer::new();
-            let count = count.format(s.count);
-            for line in s.line..s.line + run {
-                out.push_str("DA:");
-                push_int(out, line);
-                out.push(',');
-                out.push_str(count);
-                out.push('\n');
-            }
+            push_da_lines(out, s.line, run, s.count);
         }
     });
+}
+
+/// The `DA` lines of `lines` lines from `line`, all with `count`.
+fn push_da_lines(out: &mut String, line: u32, lines: u32, count: u64) {
+    let mut count_text = itoa::Buffer::new();
+    let count = count_text.format(count);
+    for line in line..line + lines {
+        out.push_str("DA:");
+        push_int(out, line);
+        out.push(',');
+        out.push_str(count);
+        out.push('\n');
+    }
 }
 
 /// Appends a number without the formatting machinery: reports have
@@ -441,34 +446,40 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
 /// The `BRDA` lines of branches summed by place, in place order: each
 /// place's line and its branches' counts summed.
 fn write_summed_branches(out: &mut String, summed: impl Iterator<Item = (u32, u64, u64)>) {
+    for (line, pair, index, count) in summed_branch_lines(summed) {
+        out.push_str("BRDA:");
+        push_int(out, line);
+        out.push(',');
+        push_int(out, pair);
+        out.push(',');
+        push_int(out, index);
+        out.push(',');
+        match count {
+            Some(count) => push_int(out, count),
+            None => out.push('-'),
+        }
+        out.push('\n');
+    }
+}
+
+/// What each `BRDA` line of branches summed by place says (see
+/// [`write_summed_branches`]): its line, pair and index, and its count
+/// (`None` when neither branch of its pair ran: `-`).
+fn summed_branch_lines(summed: impl Iterator<Item = (u32, u64, u64)>) -> impl Iterator<Item = (u32, u32, u32, Option<u32>)> {
     // The places of a line are its pairs, numbered from 0, and their
     // branches, two each, numbered on from 0 too.
     let (mut last_line, mut pair, mut index) = (None, 0u32, 0u32);
-    for (line, count, false_count) in summed {
+    summed.flat_map(move |(line, count, false_count)| {
         if last_line != Some(line) {
             (last_line, pair, index) = (Some(line), 0, 0);
         }
         // llvm-cov prints these counts as 32-bit unsigned values.
         let counts = [count as u32, false_count as u32];
         let never = counts == [0, 0];
-        for count in counts {
-            out.push_str("BRDA:");
-            push_int(out, line);
-            out.push(',');
-            push_int(out, pair);
-            out.push(',');
-            push_int(out, index);
-            out.push(',');
-            if never {
-                out.push('-');
-            } else {
-                push_int(out, count);
-            }
-            out.push('\n');
-            index += 1;
-        }
-        pair += 1;
-    }
+        let lines = [(line, pair, index, (!never).then_some(counts[0])), (line, pair, index + 1, (!never).then_some(counts[1]))];
+        (pair, index) = (pair + 1, index + 2);
+        lines
+    })
 }
 
 /// A function name for people: Rust (v0 and legacy) and C++ (Itanium)

@@ -35,10 +35,10 @@
 use ::bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
-use super::{defined_names, function_summary, member_summaries, placed_branches, push_int, push_line, write_fn_lines};
-use super::{write_lines, write_placed_branches};
+use super::{defined_names, function_summary, member_summaries, placed_branches, push_da_lines, push_int, push_line};
+use super::{summed_branch_lines, write_fn_lines, write_lines, write_placed_branches};
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
-use crate::coverage::{Coverage, CoverageData, FunctionRecord, Segment, Shape, ShapeWords, Span, NO_SLOT};
+use crate::coverage::{Coverage, CoverageData, FunctionRecord, LinePlan, Segment, Shape, ShapeWords, Span, NO_SLOT};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -148,6 +148,22 @@ impl Reach {
 /// Where some lines are in a text: (from, to) byte offsets.
 type TextRange = (u32, u32);
 
+/// A stretch's `DA` and `BRDA` lines in its record's text.
+struct StretchText<'t> {
+    da: &'t mut [u8],
+    brda: &'t mut [u8],
+}
+
+impl<'t> StretchText<'t> {
+    /// Those `da` and `brda` of `text` (`da` first).
+    fn of(text: &'t mut [u8], da: TextRange, brda: TextRange) -> Option<StretchText<'t>> {
+        let (before, after) = text.split_at_mut_checked(brda.0 as usize)?;
+        let da = before.get_mut(range(da))?;
+        let brda = after.get_mut(..brda.1.checked_sub(brda.0)? as usize)?;
+        Some(StretchText { da, brda })
+    }
+}
+
 /// The buffers of computing records, reused from one stretch to the
 /// next, and from one record to the next: a dump updates tens of records,
 /// and buffers made for each would be allocated and given back each time
@@ -192,7 +208,8 @@ pub struct Work<'m> {
 /// (or [`NO_SLOT`]); of each branch, its position in its function's
 /// `branches`, then of each its place; of each function, where its regions
 /// end, where its branches end, and where its counts end; of each place,
-/// its line; and the shape's words.
+/// its line; and the words of the shape's [`LinePlan`], or of the shape
+/// when it has none (rare: see [`LinePlan`]).
 #[derive(Debug, Default)]
 struct Kept {
     words: Box<[u64]>,
@@ -205,6 +222,8 @@ struct Kept {
     counts: u32,
     /// The regions' positions are each function's first.
     consecutive: bool,
+    /// Its last words are a [`LinePlan`]'s, not a [`Shape`]'s.
+    planned: bool,
 }
 
 /// A [`Kept`] stretch's arrays, borrowed from its block (the counts to
@@ -223,7 +242,9 @@ struct KeptArrays<'a> {
     branch_ends: &'a [u32],
     count_ends: &'a [u32],
     place_lines: &'a [u32],
-    shape: ShapeWords<'a>,
+    /// A [`LinePlan`]'s words, or a shape's (see `Kept::planned`).
+    lines: &'a [u32],
+    planned: bool,
 }
 
 /// The parts of a stretch's functions, one after another, as [`Kept::new`]
@@ -281,6 +302,9 @@ impl Kept {
     fn new(parts: &Parts, followed: bool) -> Kept {
         let spans = &parts.spans;
         let (shape, slot_of) = Shape::new(spans, followed);
+        let mut plan = Vec::new();
+        let planned = ShapeWords(shape.words()).line_plan(&mut plan);
+        let lines = if planned { &plan[..] } else { shape.words() };
         let mut branches: Vec<(&BranchPath, usize)> = parts.branches.iter().enumerate().map(|(at, b)| (&b.path, at)).collect();
         branches.sort();
         let mut place_of = vec![0u32; branches.len()];
@@ -313,10 +337,11 @@ impl Kept {
             places: place_lines.len() as u32,
             counts: count_ends.last().copied().unwrap_or(0),
             consecutive,
+            planned,
         };
         let small = positions.len() + (kept.regions + 2 * kept.branches + 3 * kept.functions) as usize
             + place_lines.len()
-            + shape.words().len();
+            + lines.len();
         kept.words = vec![0u64; kept.wide() + small.div_ceil(2)].into_boxed_slice();
         let a = kept.arrays();
         for (k, &idle) in parts.idle.iter().enumerate() {
@@ -347,7 +372,7 @@ impl Kept {
         let small = halves_mut(&mut kept.words[wide..]).iter_mut();
         let all = positions.into_iter().chain(slot_of).chain(parts.branch_positions.iter().copied());
         let all = all.chain(place_of).chain(region_ends).chain(branch_ends).chain(count_ends);
-        let all = all.chain(place_lines).chain(shape.words().iter().copied());
+        let all = all.chain(place_lines).chain(lines.iter().copied());
         for (word, value) in small.zip(all) {
             *word = value;
         }
@@ -416,11 +441,10 @@ impl Kept {
         let (region_ends, rest) = rest.split_at(functions);
         let (branch_ends, rest) = rest.split_at(functions);
         let (count_ends, rest) = rest.split_at(functions);
-        let (place_lines, rest) = rest.split_at(self.places as usize);
         // With a last half word of padding when their number is odd: it
-        // adds no segment (see `ShapeWords::segments`), and no flag is read
-        // from it.
-        let shape = ShapeWords(rest);
+        // adds no run to a plan (see `LinePlan::runs`); to a shape, no
+        // segment (see `ShapeWords::segments`), and no flag is read from it.
+        let (place_lines, lines) = rest.split_at(self.places as usize);
         KeptArrays {
             slots,
             counts,
@@ -434,7 +458,8 @@ impl Kept {
             branch_ends,
             count_ends,
             place_lines,
-            shape,
+            lines,
+            planned: self.planned,
         }
     }
 
@@ -458,17 +483,99 @@ impl Kept {
         changed
     }
 
-    /// The stretch's segments, into `segments`, and its `BRDA` lines, to
-    /// `brda`.
-    fn write(&mut self, segments: &mut Vec<Segment>, brda: &mut String) {
+    /// The stretch's `DA` lines, to `da` (from its segments, built into
+    /// `segments`, when it has no plan), and its `BRDA` lines, to `brda`.
+    fn write(&mut self, segments: &mut Vec<Segment>, da: &mut String, brda: &mut String) {
         let a = self.arrays();
-        a.shape.segments(a.slots, segments);
-        let sums = a.place_sums.chunks_exact(2);
-        write_summed_branches(brda, a.place_lines.iter().zip(sums).map(|(&line, sums)| (line, sums[0], sums[1])));
+        if a.planned {
+            for (line, lines, count) in LinePlan(a.lines).runs(a.slots) {
+                push_da_lines(da, line, lines, count);
+            }
+        } else {
+            ShapeWords(a.lines).segments(a.slots, segments);
+            write_lines(da, segments);
+        }
+        write_summed_branches(brda, a.places());
+    }
+
+    /// Writes the counts of the stretch's lines over those in its last
+    /// text, `da` and `brda` (its `DA` and `BRDA` lines, as `write` wrote
+    /// them), where they changed: whether each was as long as the last
+    /// (else the lines are to be written again). Only with a plan: it
+    /// names each line's count without building segments.
+    fn write_over(&mut self, da: &mut [u8], brda: &mut [u8]) -> bool {
+        let a = self.arrays();
+        if !a.planned {
+            return false;
+        }
+        let mut over = Overwrite { text: da, at: 0 };
+        for (line, lines, count) in LinePlan(a.lines).runs(a.slots) {
+            let mut count_text = itoa::Buffer::new();
+            let count = count_text.format(count).as_bytes();
+            // "DA:<line>,"
+            if !(line..line + lines).all(|line| over.number(4 + decimal_len(line), count)) {
+                return false;
+            }
+        }
+        if !over.done() {
+            return false;
+        }
+        let mut over = Overwrite { text: brda, at: 0 };
+        for (line, pair, index, count) in summed_branch_lines(a.places()) {
+            let mut count_text = itoa::Buffer::new();
+            let count = count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes());
+            // "BRDA:<line>,<pair>,<index>,"
+            if !over.number(8 + decimal_len(line) + decimal_len(pair) + decimal_len(index), count) {
+                return false;
+            }
+        }
+        over.done()
     }
 }
 
+/// Numbers written over those that end the lines of a text, line after
+/// line, where each new one is as long as the one it replaces.
+struct Overwrite<'t> {
+    text: &'t mut [u8],
+    /// Where the next line begins.
+    at: usize,
+}
+
+impl Overwrite<'_> {
+    /// Writes `number` over the next line's, which follows `prefix` bytes
+    /// (the last of them a comma): whether it fit.
+    fn number(&mut self, prefix: usize, number: &[u8]) -> bool {
+        let from = self.at + prefix;
+        if self.text.get(from.wrapping_sub(1)) != Some(&b',') {
+            return false;
+        }
+        let Some(len) = self.text[from..].iter().position(|&b| b == b'\n') else { return false };
+        if len != number.len() {
+            return false;
+        }
+        self.text[from..from + len].copy_from_slice(number);
+        self.at = from + len + 1;
+        true
+    }
+
+    /// Whether every line of the text was written over.
+    fn done(&self) -> bool {
+        self.at == self.text.len()
+    }
+}
+
+/// How many decimal digits `n` has.
+fn decimal_len(n: u32) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
 impl KeptArrays<'_> {
+    /// Its places' lines and counts, for [`write_summed_branches`].
+    fn places(&self) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
+        let sums = self.place_sums.chunks_exact(2);
+        self.place_lines.iter().zip(sums).map(|(&line, sums)| (line, sums[0], sums[1]))
+    }
+
     /// Where function `k`'s counts are.
     fn counts_at(&self, k: usize) -> std::ops::Range<usize> {
         run(self.count_ends, k)
@@ -823,7 +930,7 @@ impl LiveFile {
             let mut stretch =
                 Stretch { lines: (lo, hi), functions: (from, live.stretch_functions.len() as u32), ..Stretch::default() };
             let functions = &live.stretch_functions[range(stretch.functions)];
-            stretch.compute(k, coverage, file, functions, &all, k + 1 < n, None, &mut work);
+            stretch.compute(k, coverage, file, functions, &all, k + 1 < n, None, None, &mut work);
             live.stretches_of.extend(all.iter().map(|&(i, _)| (i as u32, k as u32)));
             live.stretches.push(stretch);
         }
@@ -965,10 +1072,21 @@ impl LiveFile {
         }
         fresh.da.reserve(lengths.0);
         fresh.brda.reserve(lengths.1);
+        // The counts of kept stretches are written over those of the last
+        // text, where no report holds it any longer: of a warm dump's lines,
+        // two thirds read as they did.
+        let mut text = self.text.is_unique().then(|| BytesMut::from(std::mem::take(&mut self.text)));
         let n = self.stretches.len();
         for &k in reach.stretches() {
+            let (da_start, brda_start) = self.line_starts(k);
+            let (da_end, brda_end) = (self.stretches[k].da_end, self.stretches[k].brda_end);
+            let at = text.as_deref_mut().and_then(|text| StretchText::of(text, (da_start, da_end), (brda_start, brda_end)));
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
-            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, Some(reach.changed()), work);
+            let keep = Some(reach.changed());
+            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, keep, at, work);
+        }
+        if let Some(text) = text {
+            self.text = text.freeze();
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
@@ -1172,7 +1290,8 @@ impl Stretch {
     /// were; `functions`: its own (see [`Stretch::functions`]); `followed`:
     /// stretches come after it; `keep`: a stretch of several functions is
     /// to keep their parts, and which functions ran (by mapping index,
-    /// ascending).
+    /// ascending); `text`: its lines in the record's last text, when they
+    /// can be written over there.
     #[allow(clippy::too_many_arguments)]
     fn compute<'m>(
         &mut self,
@@ -1183,10 +1302,11 @@ impl Stretch {
         loaded: &[(usize, usize)],
         followed: bool,
         keep: Option<&[usize]>,
+        text: Option<StretchText<'_>>,
         work: &mut Work<'m>,
     ) {
         let Work { data, spans, branches, fresh, parts, .. } = work;
-        let brda_from = fresh.brda.len() as u32;
+        let (da_from, brda_from) = (fresh.da.len() as u32, fresh.brda.len() as u32);
         let new_kept = keep.is_some() && self.kept.is_none();
         if new_kept {
             // Kept from the first dump after the first: the first one
@@ -1201,11 +1321,17 @@ impl Stretch {
         }
         let kept_now = new_kept || std::mem::take(&mut self.kept_now);
         if let Some(kept) = &mut self.kept {
-            if !kept_now && !kept.update_loaded(coverage, functions, loaded, keep.unwrap_or_default()) {
-                // A function ran elsewhere: these lines are the last text's.
-                return;
+            if !kept_now {
+                if !kept.update_loaded(coverage, functions, loaded, keep.unwrap_or_default()) {
+                    // A function ran elsewhere: these lines are the last
+                    // text's.
+                    return;
+                }
+                if text.is_some_and(|text| kept.write_over(text.da, text.brda)) {
+                    return;
+                }
             }
-            kept.write(&mut data.segments, &mut fresh.brda);
+            kept.write(&mut data.segments, &mut fresh.da, &mut fresh.brda);
         } else {
             // Every function of the stretch is in `loaded`.
             spans.clear();
@@ -1215,10 +1341,9 @@ impl Stretch {
                 placed_branches(coverage, data, branches, None);
             });
             data.segments_of(spans, followed);
+            write_lines(&mut fresh.da, &data.segments);
             write_placed_branches(&mut fresh.brda, branches.iter().collect());
         }
-        let da_from = fresh.da.len() as u32;
-        write_lines(&mut fresh.da, &data.segments);
         fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
     }
 }
