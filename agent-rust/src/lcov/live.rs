@@ -1188,8 +1188,9 @@ impl LiveFile {
         line_starts(&self.stretches, self.lines_at, k)
     }
 
-    /// Writes the lines computed again over those they replace in the last
-    /// text, where each is as long as its last (a count seldom gains a
+    /// Writes the lines computed again (of a function's `FNDA` line, its
+    /// count) over those they replace in the last text, where each is as
+    /// long as its last (a count seldom gains a
     /// digit: a service runs the same code with counts in the same decade)
     /// and no report holds the text any longer: no copy of the record, and
     /// no new block of its size. Whether it did; if not, the text is as it
@@ -1198,18 +1199,22 @@ impl LiveFile {
         if !self.text.is_unique() {
             return false;
         }
-        // The lines of the `FNDA` counts, the function totals and the
-        // file totals, as `render` writes them, and (where in the text,
-        // where in `lines`) of each: the `FNDA` lines, the totals that
-        // follow them, and the totals that end the record.
+        // The `FNDA` counts, the function totals and the file totals, as
+        // `render` writes them, and (where in the text, where in `lines`)
+        // of each: the `FNDA` counts, the totals that follow them, and the
+        // totals that end the record.
         let Fresh { da, brda, stretches, names, lines, own } = fresh;
         lines.clear();
         own.clear();
         for &slot in names.iter() {
+            // Between `FNDA:` and the comma that ends it (a count has none,
+            // and 20 digits at most): the name after it stays.
+            let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]) + 5;
+            let text = self.text.get(start as usize..).unwrap_or_default();
+            let Some(digits) = text.iter().take(21).position(|&b| b == b',') else { return false };
             let from = lines.len() as u32;
-            self.push_fnda_line(lines, slot);
-            let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]);
-            own.push(((start, self.fnda_ends[slot]), (from, lines.len() as u32)));
+            push_int(lines, self.executions[slot]);
+            own.push(((start, start + digits as u32), (from, lines.len() as u32)));
         }
         let from = lines.len() as u32;
         self.push_function_totals(lines);
