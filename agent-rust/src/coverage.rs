@@ -1345,28 +1345,40 @@ mod tests {
         assert_eq!(lines(&[seg(5, 1), seg(2, 3)]), vec![(5, 3)]);
     }
 
+    /// Regions nested, overlapping, of one extent, empty, of every kind,
+    /// from a small deterministic generator.
+    struct RandomRegions(u64);
+
+    impl RandomRegions {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+
+        /// A few regions, with counts below `counts`.
+        fn regions(&mut self, counts: u64) -> Vec<CountedRegion<'static>> {
+            let kinds = [RegionKind::Code, RegionKind::Code, RegionKind::Gap, RegionKind::Skipped, RegionKind::Expansion];
+            let mut regions = Vec::new();
+            for _ in 0..1 + self.below(8) {
+                let start = (1 + self.below(6) as u32, 1 + self.below(4) as u32);
+                let end = if self.below(5) == 0 { start } else { (start.0 + self.below(4) as u32, 1 + self.below(4) as u32) };
+                let end = end.max(start);
+                let kind = kinds[self.below(kinds.len() as u64) as usize];
+                regions.push(region(kind, start, end, self.below(counts)));
+            }
+            regions
+        }
+    }
+
     #[test]
     fn a_shape_given_counts_is_the_segments_built_with_them() {
-        // Regions nested, overlapping, of one extent, empty, of every kind,
-        // with counts from a few values (so that segments repeat their
-        // predecessor's count, which the builder leaves out), from a small
-        // deterministic generator.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        let kinds = [RegionKind::Code, RegionKind::Code, RegionKind::Gap, RegionKind::Skipped, RegionKind::Expansion];
+        // Counts from a few values, so that segments repeat their
+        // predecessor's count, which the builder leaves out.
+        let mut random = RandomRegions(0x2545_f491_4f6c_dd1d);
         for _ in 0..2000 {
-            let mut regions = Vec::new();
-            for _ in 0..1 + next(8) {
-                let start = (1 + next(6) as u32, 1 + next(4) as u32);
-                let end = if next(5) == 0 { start } else { (start.0 + next(4) as u32, 1 + next(4) as u32) };
-                let end = end.max(start);
-                regions.push(region(kinds[next(kinds.len() as u64) as usize], start, end, next(3)));
-            }
+            let regions = random.regions(3);
             let spans: Vec<Span> = regions.iter().map(Span::of).collect();
             for followed in [false, true] {
                 let (shape, slot_of) = Shape::new(&spans, followed);
@@ -1388,25 +1400,12 @@ mod tests {
 
     #[test]
     fn a_line_plan_given_counts_reads_as_the_segments_built_with_them() {
-        // As above, with counts from two values: segments the builder
-        // leaves out or keeps by their counts are frequent.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        let kinds = [RegionKind::Code, RegionKind::Code, RegionKind::Gap, RegionKind::Skipped, RegionKind::Expansion];
+        // Counts from two values: segments the builder leaves out or keeps
+        // by their counts are frequent.
+        let mut random = RandomRegions(0x9e37_79b9_7f4a_7c15);
         let (mut planned, mut shapes) = (0, 0);
         for _ in 0..4000 {
-            let mut regions = Vec::new();
-            for _ in 0..1 + next(8) {
-                let start = (1 + next(6) as u32, 1 + next(4) as u32);
-                let end = if next(5) == 0 { start } else { (start.0 + next(4) as u32, 1 + next(4) as u32) };
-                let end = end.max(start);
-                regions.push(region(kinds[next(kinds.len() as u64) as usize], start, end, 0));
-            }
+            let regions = random.regions(1);
             let spans: Vec<Span> = regions.iter().map(Span::of).collect();
             for followed in [false, true] {
                 let (shape, slot_of) = Shape::new(&spans, followed);
@@ -1417,7 +1416,7 @@ mod tests {
                 }
                 planned += 1;
                 for _ in 0..4 {
-                    let counts: Vec<u64> = (0..spans.len()).map(|_| next(2)).collect();
+                    let counts: Vec<u64> = (0..spans.len()).map(|_| random.below(2)).collect();
                     let mut slots = vec![0u64; spans.len()];
                     let mut regions = regions.clone();
                     for ((r, &count), &slot) in regions.iter_mut().zip(&counts).zip(&slot_of) {
