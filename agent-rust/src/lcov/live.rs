@@ -1072,9 +1072,10 @@ impl LiveFile {
         }
         fresh.da.reserve(lengths.0);
         fresh.brda.reserve(lengths.1);
-        // The counts of kept stretches are written over those of the last
-        // text, where no report holds it any longer: of a warm dump's lines,
-        // two thirds read as they did.
+        // The record is written over in its last text where no report holds
+        // it any longer: of a warm dump's lines, two thirds read as they
+        // did (the counts of kept stretches are written over as they are
+        // computed; the rest by `write_over`).
         let mut text = self.text.is_unique().then(|| BytesMut::from(std::mem::take(&mut self.text)));
         let n = self.stretches.len();
         for &k in reach.stretches() {
@@ -1084,9 +1085,6 @@ impl LiveFile {
             let functions = &self.stretch_functions[range(self.stretches[k].functions)];
             let keep = Some(reach.changed());
             self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, keep, at, work);
-        }
-        if let Some(text) = text {
-            self.text = text.freeze();
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
@@ -1121,7 +1119,11 @@ impl LiveFile {
             self.total.add(after);
             self.hit += u32::from(ran);
         }
-        if !self.write_over(&mut work.fresh) {
+        let written = text.as_deref_mut().is_some_and(|text| self.write_over(text, &mut work.fresh));
+        if let Some(text) = text {
+            self.text = text.freeze();
+        }
+        if !written {
             self.render(&work.fresh, &work.fresh.names);
         }
     }
@@ -1189,16 +1191,13 @@ impl LiveFile {
     }
 
     /// Writes the lines computed again (of a function's `FNDA` line, its
-    /// count) over those they replace in the last text, where each is as
-    /// long as its last (a count seldom gains a
-    /// digit: a service runs the same code with counts in the same decade)
-    /// and no report holds the text any longer: no copy of the record, and
-    /// no new block of its size. Whether it did; if not, the text is as it
-    /// was, for [`Self::render`].
-    fn write_over(&mut self, fresh: &mut Fresh) -> bool {
-        if !self.text.is_unique() {
-            return false;
-        }
+    /// count) over those they replace in `text`, the record's last text
+    /// that no report holds any longer, where each is as long as its last
+    /// (a count seldom gains a digit: a service runs the same code with
+    /// counts in the same decade): no copy of the record, and no new block
+    /// of its size. Whether it did; if not, `text` is as it was, for
+    /// [`Self::render`].
+    fn write_over(&self, text: &mut [u8], fresh: &mut Fresh) -> bool {
         // The `FNDA` counts, the function totals and the file totals, as
         // `render` writes them, and (where in the text, where in `lines`)
         // of each: the `FNDA` counts, the totals that follow them, and the
@@ -1210,8 +1209,8 @@ impl LiveFile {
             // Between `FNDA:` and the comma that ends it (a count has none,
             // and 20 digits at most): the name after it stays.
             let start = slot.checked_sub(1).map_or(self.head as u32, |before| self.fnda_ends[before]) + 5;
-            let text = self.text.get(start as usize..).unwrap_or_default();
-            let Some(digits) = text.iter().take(21).position(|&b| b == b',') else { return false };
+            let count = text.get(start as usize..).unwrap_or_default();
+            let Some(digits) = count.iter().take(21).position(|&b| b == b',') else { return false };
             let from = lines.len() as u32;
             push_int(lines, self.executions[slot]);
             own.push(((start, start + digits as u32), (from, lines.len() as u32)));
@@ -1223,7 +1222,7 @@ impl LiveFile {
         let from = lines.len() as u32;
         self.push_file_totals(lines);
         let brda_end = self.stretches.last().map_or(self.lines_at, |s| s.brda_end);
-        own.push(((brda_end, self.text.len() as u32), (from, lines.len() as u32)));
+        own.push(((brda_end, text.len() as u32), (from, lines.len() as u32)));
         // Walked twice, to check and to write, rather than collected.
         let (parts, lines_at) = (&self.stretches, self.lines_at);
         let edits = || {
@@ -1233,16 +1232,14 @@ impl LiveFile {
             });
             own.iter().map(|&(at, line)| (at, lines.as_bytes(), line)).chain(fresh_lines)
         };
-        let len = self.text.len();
+        let len = text.len();
         let fits = |(from, to): TextRange, n: u32| to.checked_sub(from) == Some(n) && to as usize <= len;
         if !edits().all(|(at, _, (from, to))| fits(at, to - from)) {
             return false;
         }
-        let mut text = BytesMut::from(std::mem::take(&mut self.text));
         for (at, source, new) in edits() {
             text[range(at)].copy_from_slice(&source[range(new)]);
         }
-        self.text = text.freeze();
         true
     }
 }
