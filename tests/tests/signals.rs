@@ -329,14 +329,24 @@ fn dumps_are_computed_at_the_programs_priority_and_periodic_reports_below_it() {
     let socket = cov.join("sockets").join(format!("{instance}.sock"));
     assert_eq!(unix_request(&socket, "GET", "/coverage", &[]).status, 200);
     let tasks = PathBuf::from(format!("/proc/{}/task", p.pid()));
-    let nice: BTreeMap<String, i32> = std::fs::read_dir(&tasks)
-        .expect("/proc/PID/task")
-        .flatten()
-        .filter_map(|task| {
-            let name = std::fs::read_to_string(task.path().join("comm")).ok()?.trim().to_owned();
-            Some((name, nice_of(&std::fs::read_to_string(task.path().join("stat")).ok()?)))
-        })
-        .collect();
+    let nice_values = || -> BTreeMap<String, i32> {
+        std::fs::read_dir(&tasks)
+            .expect("/proc/PID/task")
+            .flatten()
+            .filter_map(|task| {
+                let name = std::fs::read_to_string(task.path().join("comm")).ok()?.trim().to_owned();
+                Some((name, nice_of(&std::fs::read_to_string(task.path().join("stat")).ok()?)))
+            })
+            .collect()
+    };
+    // The flush thread lowers its priority once the agent has started,
+    // which can be after the socket answers (on a busy machine, well after).
+    let started = Instant::now();
+    let mut nice = nice_values();
+    while nice.get("livecov-flush").is_some_and(|&n| n < 10) && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+        nice = nice_values();
+    }
     let program = nice.get("sigsuspend").copied().expect("the program's main thread");
     for (thread, want) in [("livecov-agent", program), ("livecov-agent-b", program), ("livecov-flush", program.max(10))] {
         assert_eq!(nice.get(thread), Some(&want), "the nice value of {thread}: {nice:?}");
