@@ -12,7 +12,7 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::mapping::{Counter, CounterRef, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
+use crate::mapping::{Counter, CounterRef, CountingBody, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
 use crate::profile::Lookup;
 
 /// Where counter values come from. The mapping refers to a function by the
@@ -149,7 +149,9 @@ pub struct Coverage<'m> {
     pub functions: Vec<FunctionRecord<'m>>,
     /// Functions whose structural hash differs from the profile's: dropped.
     pub mismatched: Vec<(String, u64)>,
-    by_file: FxHashMap<FileName, Vec<usize>>,
+    /// Indices of `functions` by file, made when first asked for: a live
+    /// dump updates its records by function, and never asks.
+    by_file: std::sync::OnceLock<FxHashMap<FileName, Vec<usize>>>,
 }
 
 impl<'m> Coverage<'m> {
@@ -252,15 +254,6 @@ impl<'m> Coverage<'m> {
                 FxHashSet::with_capacity_and_hasher(functions.len(), Default::default());
             functions.retain(|f| provenance.insert((f.filenames, mapping.functions[f.mapping_index].name_ref)));
         }
-        let mut by_file: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
-        for (index, f) in functions.iter().enumerate() {
-            for &file in f.filenames {
-                let indices = by_file.entry(file).or_default();
-                if indices.last() != Some(&index) {
-                    indices.push(index);
-                }
-            }
-        }
         let mismatched = mismatched
             .into_iter()
             .map(|i| {
@@ -268,7 +261,7 @@ impl<'m> Coverage<'m> {
                 (mapping.name(f).to_owned(), f.hash)
             })
             .collect();
-        Coverage { mapping, functions, mismatched, by_file }
+        Coverage { mapping, functions, mismatched, by_file: std::sync::OnceLock::new() }
     }
 
     /// Every file any loaded function refers to, sorted by name.
@@ -290,7 +283,19 @@ impl<'m> Coverage<'m> {
     /// Indices into `functions` of the functions with regions in `file`,
     /// in load order.
     pub fn functions_touching(&self, file: FileName) -> &[usize] {
-        self.by_file.get(&file).map(Vec::as_slice).unwrap_or(&[])
+        let by_file = self.by_file.get_or_init(|| {
+            let mut by_file: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
+            for (index, f) in self.functions.iter().enumerate() {
+                for &file in f.filenames {
+                    let indices = by_file.entry(file).or_default();
+                    if indices.last() != Some(&index) {
+                        indices.push(index);
+                    }
+                }
+            }
+            by_file
+        });
+        by_file.get(&file).map(Vec::as_slice).unwrap_or(&[])
     }
 
     /// Functions defined in `file` (their first file), in load order.
@@ -498,6 +503,124 @@ impl<'m> Counted<'m> {
     }
 }
 
+/// The counts of some functions, as a live dump reads them to update the
+/// records it keeps: of each function, the count of each of its regions and
+/// the two of each of its branches, in the order of its
+/// [`FunctionRecord`]'s `regions` and `branches`. Counted from their
+/// [`CountingBody`]s alone, by the rules of [`Coverage::of_functions`]: a
+/// function it leaves out has no tally.
+#[derive(Default)]
+pub struct Tallies {
+    /// By mapping index: (mapping index, where its counts begin, how many
+    /// regions it has, how many branches).
+    functions: Vec<(u32, u32, u32, u32)>,
+    counts: Vec<u64>,
+}
+
+/// One function's counts in [`Tallies`].
+#[derive(Clone, Copy)]
+pub struct Tally<'a> {
+    regions: &'a [u64],
+    /// Two a branch.
+    branches: &'a [u64],
+}
+
+impl Tallies {
+    /// Of the mapping's `functions` (ascending) that have a counting body
+    /// in `bodies` (by mapping index).
+    pub fn count<'b>(
+        mapping: &CoverageMapping,
+        counters: &dyn CounterSource,
+        functions: &[usize],
+        bodies: impl Fn(usize) -> Option<&'b CountingBody>,
+    ) -> Tallies {
+        // Sized at once: grown by doubling, its block was moved to a new
+        // mapping three times a dump on redis (16 to 128 KiB), each time
+        // with the TLBs of the program's threads flushed.
+        let counts = functions.iter().filter_map(|&i| bodies(i)).map(|body| body.counters.len()).sum();
+        let mut tallies = Tallies { functions: Vec::with_capacity(functions.len()), counts: Vec::with_capacity(counts) };
+        let mut provenance: FxHashSet<(&[FileName], u64)> = FxHashSet::default();
+        let mut memo = Vec::new();
+        for &i in functions {
+            let (Some(f), Some(body)) = (mapping.functions.get(i), bodies(i)) else { continue };
+            let counts = match counters.lookup(i, f.name_ref, f.hash) {
+                Lookup::Found { counters, .. } => counters,
+                Lookup::HashMismatch => continue,
+                Lookup::Unknown => &[],
+            };
+            if body.empty || body.stub && counts.first().is_some_and(|&c| c > 0) {
+                continue;
+            }
+            // As `Coverage::from_parts` leaves out duplicates.
+            if mapping.objects() > 1 && !provenance.insert((mapping.filenames(f), f.name_ref)) {
+                continue;
+            }
+            let from = tallies.counts.len();
+            let mut eval = Evaluator::new(&body.expressions, counts, counts.is_empty(), &mut memo);
+            let counted = body.counters.iter().all(|&c| match eval.eval(c) {
+                Some(count) => {
+                    tallies.counts.push(count as u64);
+                    true
+                }
+                None => false,
+            });
+            if !counted {
+                tallies.counts.truncate(from);
+                continue;
+            }
+            let branches = (body.counters.len() - body.regions as usize) / 2;
+            tallies.functions.push((i as u32, from as u32, body.regions, branches as u32));
+        }
+        tallies
+    }
+
+    /// Where function `i` (by mapping index) is among them.
+    pub fn position(&self, i: usize) -> Option<usize> {
+        self.functions.binary_search_by_key(&i, |f| f.0 as usize).ok()
+    }
+
+    /// The function at `position`.
+    pub fn at(&self, position: usize) -> Tally<'_> {
+        let Some(&(_, from, regions, branches)) = self.functions.get(position) else {
+            return Tally { regions: &[], branches: &[] };
+        };
+        let (from, regions, branches) = (from as usize, regions as usize, 2 * branches as usize);
+        let counts = self.counts.get(from..from + regions + branches).unwrap_or_default();
+        let (regions, branches) = counts.split_at(regions.min(counts.len()));
+        Tally { regions, branches }
+    }
+}
+
+impl Tally<'_> {
+    /// The count of its first region, as [`FunctionRecord::execution_count`].
+    pub fn execution_count(&self) -> u64 {
+        self.regions.first().copied().unwrap_or(0)
+    }
+
+    /// The count of its region `at` (0 past them).
+    pub fn region(&self, at: usize) -> u64 {
+        self.regions.get(at).copied().unwrap_or(0)
+    }
+
+    /// The two counts of its branch `at` (0 past them).
+    pub fn branch(&self, at: usize) -> [u64; 2] {
+        match self.branches.get(2 * at..2 * at + 2) {
+            Some(&[count, false_count]) => [count, false_count],
+            _ => [0, 0],
+        }
+    }
+
+    /// How many regions and branches it has.
+    pub fn regions_and_branches(&self) -> usize {
+        self.regions.len() + self.branches.len() / 2
+    }
+
+    /// Its regions' counts, then its branches' two each.
+    pub fn counts(&self) -> impl Iterator<Item = u64> + '_ {
+        self.regions.iter().chain(self.branches).copied()
+    }
+}
+
 /// The profile's record of a function has another structural hash.
 struct Mismatch;
 
@@ -524,7 +647,7 @@ fn count_function<'m>(
     if f.regions().len() == 1 && first.count == Counter::ZERO && counts.first().is_some_and(|&c| c > 0) {
         return None;
     }
-    count_regions(i, f, counts, mcdc.then_some(bitmap), files, memo).map(Ok)
+    count_regions(mapping, i, counts, mcdc.then_some(bitmap), files, memo).map(Ok)
 }
 
 impl crate::mapping::FunctionMapping {
@@ -534,7 +657,7 @@ impl crate::mapping::FunctionMapping {
     fn name_without_prefix<'a>(&self, mapping: &'a CoverageMapping) -> &'a str {
         let name = mapping.name(self);
         let name = name.strip_prefix('\u{1}').unwrap_or(name);
-        if let Some(&file) = self.filenames.first() {
+        if let Some(&file) = mapping.filenames(self).first() {
             if let Some(rest) = name.strip_prefix(mapping.file_name(file)) {
                 return rest.get(1..).unwrap_or("");
             }
@@ -636,17 +759,19 @@ impl<'a> Evaluator<'a> {
 }
 
 fn count_regions<'m>(
+    mapping: &'m CoverageMapping,
     mapping_index: usize,
-    f: &'m crate::mapping::FunctionMapping,
     counts: &[u64],
     mcdc_bitmap: Option<&[u8]>,
     files: Option<&[FileName]>,
     memo: &mut Vec<Memo>,
 ) -> Option<FunctionRecord<'m>> {
+    let f = &mapping.functions[mapping_index];
     let mut eval = Evaluator::new(f.expressions(), counts, counts.is_empty(), memo);
     let main_file = f.main_file();
+    let filenames = mapping.filenames(f);
     let named = |files: &[FileName], id: u32| {
-        f.filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())
+        filenames.get(id as usize).is_some_and(|name| files.binary_search(name).is_ok())
     };
     // Only the regions in `files`, unless the function is defined in one:
     // its summary reads its regions in every file.
@@ -661,7 +786,7 @@ fn count_regions<'m>(
     };
     let mut record = FunctionRecord {
         mapping_index,
-        filenames: &f.filenames,
+        filenames,
         regions: Vec::with_capacity(regions),
         branches: Vec::with_capacity(branches),
         mcdc_records: Vec::new(),
@@ -1270,6 +1395,74 @@ fn stats_for_line(on_line: &[Segment], wrapped: Option<&Segment>, line: u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counts by function index, as a profile gives them.
+    struct Source(Vec<Lookup<'static>>);
+
+    impl CounterSource for Source {
+        fn lookup(&self, function: usize, _: u64, _: u64) -> Lookup<'_> {
+            match self.0.get(function) {
+                Some(Lookup::Found { counters, bitmap }) => Lookup::Found { counters, bitmap },
+                Some(Lookup::HashMismatch) => Lookup::HashMismatch,
+                _ => Lookup::Unknown,
+            }
+        }
+    }
+
+    #[test]
+    fn tallies_count_the_functions_a_load_counts_as_it_counts_them() {
+        let at = |kind: RegionKind, count: Counter, false_count: Counter, line: u32| Region {
+            kind,
+            count,
+            false_count,
+            file_id: 0,
+            expanded_file_id: 0,
+            line_start: line,
+            column_start: 1,
+            line_end: line,
+            column_end: 9,
+        };
+        let (c, e) = (Counter::counter, Counter::expression);
+        let code = |count: Counter| at(RegionKind::Code, count, Counter::ZERO, 1);
+        let minus = Expression { kind: ExpressionKind::Subtract, lhs: c(0), rhs: c(1) };
+        let function = |expressions: Vec<Expression>, regions: Vec<Region>| {
+            crate::mapping::FunctionMapping::decoded(crate::mapping::Body::new(expressions, regions, Vec::new(), 1))
+        };
+        let decision = at(RegionKind::McdcDecision, Counter::ZERO, Counter::ZERO, 2);
+        let mut mapping = CoverageMapping::default();
+        mapping.functions = vec![
+            // A region, a decision (not counted) and a branch on an expression.
+            function(vec![minus], vec![code(c(0)), decision, at(RegionKind::Branch, e(0), c(1), 3)]),
+            // A zero-region stub: left out when the profile has counts for it.
+            function(Vec::new(), vec![code(Counter::ZERO)]),
+            function(Vec::new(), vec![code(Counter::ZERO)]),
+            // A counter out of range: dropped.
+            function(Vec::new(), vec![code(c(5))]),
+            // Another structural hash in the profile: dropped.
+            function(Vec::new(), vec![code(c(0))]),
+            // No regions: left out.
+            function(Vec::new(), Vec::new()),
+            // Never ran: zeros.
+            function(vec![minus], vec![code(c(0)), at(RegionKind::Branch, e(0), c(1), 3)]),
+        ];
+        let found = |counters: &'static [u64]| Lookup::Found { counters, bitmap: &[] };
+        let source = Source(vec![found(&[10, 3]), found(&[5]), Lookup::Unknown, found(&[1]), Lookup::HashMismatch, found(&[1])]);
+        let bodies: Vec<_> = mapping.functions.iter().map(|f| f.counting_body()).collect();
+        let every: Vec<usize> = (0..mapping.functions.len()).collect();
+        let tallies = Tallies::count(&mapping, &source, &every, |i| bodies.get(i));
+        let coverage = Coverage::of_functions(&mapping, &source, every.iter().copied());
+        let loaded: Vec<usize> = coverage.functions.iter().map(|f| f.mapping_index).collect();
+        assert_eq!(loaded, [0, 2, 6]);
+        assert_eq!(every.iter().copied().filter(|&i| tallies.position(i).is_some()).collect::<Vec<_>>(), loaded);
+        for f in &coverage.functions {
+            let tally = tallies.at(tallies.position(f.mapping_index).unwrap());
+            let counts = f.regions.iter().map(|r| r.count).chain(f.branches.iter().flat_map(|b| [b.count, b.false_count]));
+            assert_eq!(tally.counts().collect::<Vec<_>>(), counts.collect::<Vec<_>>(), "function {}", f.mapping_index);
+            assert_eq!(tally.execution_count(), f.execution_count);
+        }
+        let first = tallies.at(tallies.position(0).unwrap());
+        assert_eq!((first.region(0), first.branch(0), first.branch(1)), (10, [7, 3], [0, 0]));
+    }
 
     fn region(kind: RegionKind, start: (u32, u32), end: (u32, u32), count: u64) -> CountedRegion<'static> {
         CountedRegion {

@@ -263,7 +263,7 @@ impl BuildMapping {
         // the ignore patterns) are most of its mapping, and neither their
         // regions nor their counters change a byte of the report.
         let ignored: Vec<bool> = mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect();
-        mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
+        mapping.retain_functions(|files| files.iter().any(|&file| !ignored[file as usize]));
         mapping.functions.shrink_to_fit();
         // By name, not by (name, hash): a record of a kept name with another
         // hash is a hash mismatch to the report, which is not the same as

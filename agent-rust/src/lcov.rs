@@ -11,7 +11,7 @@ mod live;
 mod v0;
 
 #[cfg(feature = "agent")]
-pub use live::{LiveFile, Parts, Reach, Work};
+pub use live::{LiveFile, Parts, Reach, Records, Work};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

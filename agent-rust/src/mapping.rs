@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
@@ -42,6 +42,8 @@ pub struct CoverageMapping {
     file_ids: FxHashMap<String, FileName>,
     /// Functions in the order llvm-cov loads them.
     pub functions: Vec<FunctionMapping>,
+    /// The lists of files of the functions (see [`Self::filenames`]).
+    file_lists: Vec<Box<[FileName]>>,
     /// The names tables the functions' names are in (see [`NameAt`]).
     names: Vec<Arc<Names>>,
     /// How many objects' function records were read.
@@ -64,16 +66,17 @@ pub struct FunctionMapping {
     pub name_ref: u64,
     /// Structural hash; the profile's counters only apply when it matches.
     pub hash: u64,
-    /// Files of this function, indexed by a region's `file_id`. Shared by
-    /// the functions with the same files (most of a unit's have its file
-    /// alone, or it and the headers of the same macros): a list each was
-    /// a block of the allocator for every function of the program (200 KiB
-    /// of redis's).
-    pub filenames: Arc<[FileName]>,
+    /// Its files (see [`CoverageMapping::filenames`]): a list in the
+    /// mapping's, shared by the functions with the same files (most of a
+    /// unit's have its file alone, or it and the headers of the same
+    /// macros). A list each was a block of the allocator for every function
+    /// of the program (200 KiB of redis's), and a shared one a pointer of
+    /// 16 bytes in each.
+    files: u32,
     /// Its expressions and regions, `None` while released (see
     /// [`CoverageMapping::release`]): boxed, a released function takes a
     /// word for them in the table of every function of the program, which
-    /// stays from report to report (64 bytes a function, 144 with the
+    /// stays from report to report (48 bytes a function, 144 with the
     /// three vectors inline; redis has 6290 functions).
     body: Option<Box<Body>>,
     /// Where its body was decoded from.
@@ -107,6 +110,35 @@ impl Body {
     }
 }
 
+/// What counting a function reads of its body: its expressions, and the
+/// counter of each region that is neither a branch nor an MC/DC decision,
+/// then the two of each branch, each in region order (the order of a
+/// counted function's `regions` and `branches`). A live agent keeps these
+/// of the functions that run from one dump to the next, not their decoded
+/// regions: 4 bytes a region, where a decoded one, with its place and kind,
+/// is 36.
+#[derive(Debug, Clone)]
+pub struct CountingBody {
+    pub expressions: Box<[Expression]>,
+    pub counters: Box<[Counter]>,
+    /// How many of `counters` are the regions'.
+    pub regions: u32,
+    /// What llvm-cov reads of the regions to leave the function out: it
+    /// has none, or it is a stub of one region of the constant zero (see
+    /// `coverage::Tallies`).
+    pub empty: bool,
+    pub stub: bool,
+}
+
+impl CountingBody {
+    /// The bytes it takes.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<CountingBody>()
+            + std::mem::size_of_val(&*self.expressions)
+            + std::mem::size_of_val(&*self.counters)
+    }
+}
+
 impl FunctionMapping {
     pub fn expressions(&self) -> &[Expression] {
         self.body.as_ref().map_or(&[], |b| &b.expressions)
@@ -127,11 +159,24 @@ impl FunctionMapping {
     }
 
     /// The file id of its own body: the first one no expansion region
-    /// expands to.
+    /// expands to (none while released).
     pub fn main_file(&self) -> Option<u32> {
-        match &self.body {
-            Some(b) => b.main_file,
-            None => main_file_id(self.filenames.len(), &[]),
+        self.body.as_ref().and_then(|b| b.main_file)
+    }
+
+    /// What counting it reads of its body (decoded: see
+    /// [`CoverageMapping::restore`]).
+    pub fn counting_body(&self) -> CountingBody {
+        let regions = self.regions();
+        let counted = || regions.iter().filter(|r| r.kind != RegionKind::McdcDecision);
+        let branch_counters = counted().filter(|r| r.is_branch()).flat_map(|r| [r.count, r.false_count]);
+        let counters: Box<[Counter]> = counted().filter(|r| !r.is_branch()).map(|r| r.count).chain(branch_counters).collect();
+        CountingBody {
+            expressions: self.expressions().into(),
+            regions: counted().filter(|r| !r.is_branch()).count() as u32,
+            counters,
+            empty: regions.is_empty(),
+            stub: regions.len() == 1 && regions[0].count == Counter::ZERO,
         }
     }
 
@@ -149,7 +194,7 @@ impl FunctionMapping {
     #[cfg(test)]
     pub(crate) fn decoded(body: Body) -> FunctionMapping {
         let (name, name_ref, hash, stored) = (NameAt::default(), 0, 0, Stored::default());
-        FunctionMapping { name, name_ref, hash, filenames: Arc::new([0]), body: Some(Box::new(body)), stored }
+        FunctionMapping { name, name_ref, hash, files: 0, body: Some(Box::new(body)), stored }
     }
 
     #[cfg(test)]
@@ -351,6 +396,18 @@ impl CoverageMapping {
         self.objects
     }
 
+    /// The files of function `f` (one of this mapping's), indexed by a
+    /// region's `file_id`.
+    pub fn filenames(&self, f: &FunctionMapping) -> &[FileName] {
+        self.file_lists.get(f.files as usize).map_or(&[], |list| list)
+    }
+
+    /// Keeps the functions some of whose files `keep` says to.
+    pub fn retain_functions(&mut self, keep: impl Fn(&[FileName]) -> bool) {
+        let lists = &self.file_lists;
+        self.functions.retain(|f| keep(lists.get(f.files as usize).map_or(&[], |list| list)));
+    }
+
     /// The name of function `f` (one of this mapping's) as the compiler
     /// recorded it: mangled; C statics carry a `file:` prefix.
     pub fn name(&self, f: &FunctionMapping) -> &str {
@@ -541,7 +598,7 @@ impl CoverageMapping {
             for _ in 0..num_files {
                 data.uleb()?;
             }
-            if num_files != f.filenames.len() {
+            if num_files != self.file_lists.get(f.files as usize).map_or(0, |list| list.len()) {
                 return Err(data.error("the record changed since it was read"));
             }
             f.body = Some(Box::new(decode_body(&mut data, num_files)?));
@@ -597,7 +654,7 @@ impl CoverageMapping {
         // Grown by doubling, the functions of a large program would be
         // copied over and over into memory first touched for the copy.
         self.functions.reserve(records);
-        let mut lists: FxHashSet<Arc<[FileName]>> = FxHashSet::default();
+        let mut lists: FxHashMap<Box<[FileName]>, u32> = FxHashMap::default();
         let object = self.objects;
         self.objects += 1;
         let mut bytes = Bytes::new(covfun, 0, endian, "function record (__llvm_covfun)");
@@ -629,16 +686,17 @@ impl CoverageMapping {
             };
 
             let is_dummy = hash == 0 && is_dummy_mapping(data.clone());
-            let mut function = |mapping: DecodedFunction| FunctionMapping {
+            let mut function = |mapping: DecodedFunction, file_lists: &mut Vec<Box<[FileName]>>| FunctionMapping {
                 name: NameAt::default(),
                 name_ref,
                 hash,
-                filenames: match lists.get(&mapping.filenames[..]) {
-                    Some(list) => list.clone(),
+                files: match lists.get(&mapping.filenames[..]) {
+                    Some(&list) => list,
                     None => {
-                        let list: Arc<[FileName]> = mapping.filenames.into();
-                        lists.insert(list.clone());
-                        list
+                        let list: Box<[FileName]> = mapping.filenames.into();
+                        file_lists.push(list.clone());
+                        lists.insert(list, file_lists.len() as u32 - 1);
+                        file_lists.len() as u32 - 1
                     }
                 },
                 body: mapping.body.map(Box::new),
@@ -652,7 +710,7 @@ impl CoverageMapping {
                         by_name.insert(name_ref, (Slot::LeftOut { at }, is_dummy));
                     } else {
                         by_name.insert(name_ref, (Slot::Kept(at), is_dummy));
-                        self.functions.push(function(mapping));
+                        self.functions.push(function(mapping, &mut self.file_lists));
                     }
                 }
                 Some(&(slot, old_is_dummy)) => {
@@ -663,7 +721,7 @@ impl CoverageMapping {
                     match slot {
                         Slot::Kept(index) => {
                             by_name.insert(name_ref, (Slot::Kept(index), false));
-                            self.functions[index] = function(mapping);
+                            self.functions[index] = function(mapping, &mut self.file_lists);
                         }
                         Slot::LeftOut { .. } if self.is_left_out(&mapping.filenames) => {
                             by_name.insert(name_ref, (slot, false));
@@ -671,7 +729,7 @@ impl CoverageMapping {
                         Slot::LeftOut { at } => {
                             // A left-out dummy record's real one has a file
                             // to report: it takes the dummy's place.
-                            self.functions.insert(at, function(mapping));
+                            self.functions.insert(at, function(mapping, &mut self.file_lists));
                             for (s, _) in by_name.values_mut() {
                                 match s {
                                     Slot::Kept(i) | Slot::LeftOut { at: i } if *i >= at => *i += 1,

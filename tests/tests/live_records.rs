@@ -13,13 +13,16 @@
 //! adds the raw profile of one more test run (a few test suites of one
 //! executable, then of another), so that a dump changes some functions of
 //! a stretch and not others. A record no report holds is written over in
-//! place when no line changed its length; one a report holds never is.
+//! place when no line changed its length; one a report holds never is. At
+//! every dump, each function counted from what the agent keeps of it (its
+//! counting body) has the counts llvm-cov's loading gives it, and the same
+//! functions are left out.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use livecov::coverage::Coverage;
+use livecov::coverage::{Coverage, Tallies};
 use livecov::lcov::{self, LiveFile};
 use livecov::mapping::{Counter, CoverageMapping, FileName};
 use livecov::profile::{read_raw_profiles, Counters, Lookup};
@@ -121,7 +124,10 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
     let mut live: BTreeMap<FileName, LiveFile> =
         whole.source_files().into_iter().map(|file| (file, LiveFile::new(&whole, file, sf(&mapping, file), true))).collect();
     drop(whole);
-    let (mut updated_files, mut kept_stretches_reached, mut written_over) = (0, 0, 0);
+    // What counting reads of each function, as the agent keeps it of those
+    // that ran.
+    let bodies: Vec<_> = mapping.functions.iter().map(|f| f.counting_body()).collect();
+    let (mut updated_files, mut kept_stretches_reached, mut written_over, mut from_counts) = (0, 0, 0, 0);
     for dump in baseline..profiles.len() {
         let (before, now) = (counters_of(&profiles[..dump]), counters_of(&profiles[..=dump]));
         let changed: Vec<usize> =
@@ -131,11 +137,36 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         // As the agent does: a changed zero-region stub (whether llvm-cov
         // loads it depends on its counts) has its files computed whole.
         let whole = Coverage::new(&mapping, &now);
+
+        // Every function counted from its counting body alone, as the agent
+        // counts those that ran, reads as llvm-cov's loading counts it: the
+        // same functions (duplicates across the executables left out, and
+        // stubs), each with the same counts.
+        let every: Vec<usize> = (0..mapping.functions.len()).collect();
+        let tallies = Tallies::count(&mapping, &now, &every, |i| bodies.get(i));
+        let loaded: Vec<usize> = whole.functions.iter().map(|f| f.mapping_index).collect();
+        let tallied: Vec<usize> = every.iter().copied().filter(|&i| tallies.position(i).is_some()).collect();
+        if tallied != loaded {
+            let at = tallied.iter().zip(&loaded).position(|(a, b)| a != b).unwrap_or(tallied.len().min(loaded.len()));
+            panic!(
+                "dump {dump}: {} functions tallied, {} loaded; from the {at}th on, function {:?} tallied against {:?} loaded",
+                tallied.len(),
+                loaded.len(),
+                tallied.get(at),
+                loaded.get(at)
+            );
+        }
+        for f in &whole.functions {
+            let tally = tallies.at(tallies.position(f.mapping_index).unwrap());
+            let counts = f.regions.iter().map(|r| r.count).chain(f.branches.iter().flat_map(|b| [b.count, b.false_count]));
+            assert!(tally.counts().eq(counts), "dump {dump}: {} is tallied with other counts", whole.name_of(f));
+            assert_eq!(tally.execution_count(), f.execution_count, "dump {dump}: {}", whole.name_of(f));
+        }
         let mut touched: FxHashMap<FileName, Vec<usize>> = FxHashMap::default();
         for &i in &changed {
             let f = &mapping.functions[i];
             let stub = f.regions().len() == 1 && f.regions()[0].count == Counter::ZERO;
-            for &file in f.filenames.iter() {
+            for &file in mapping.filenames(f) {
                 if stub {
                     live.insert(file, LiveFile::new(&whole, file, sf(&mapping, file), true));
                 } else if live.contains_key(&file) {
@@ -155,10 +186,13 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         }
         loaded.sort_unstable();
         loaded.dedup();
+        let tallies = Tallies::count(&mapping, &now, &changed, |i| bodies.get(i));
         let partial = Coverage::of_functions(&mapping, &now, loaded.into_iter());
         let index_of = partial.places();
+        let records = lcov::Records { coverage: &partial, index_of: &index_of };
         // One scratch for every record, as the agent's dumps share it.
         let mut work = lcov::Work::default();
+        let mut mask = Vec::new();
         // Every other dump, a report still holds the last texts, as one
         // being sent does: they must stay as they were.
         let held: Vec<(bytes::Bytes, Vec<u8>)> = match dump % 2 {
@@ -167,7 +201,15 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         };
         for (file, reach) in &touched {
             let before = live[file].text().as_ptr();
-            live.get_mut(file).unwrap().update(&partial, &index_of, reach, &mut work);
+            // From the counts alone where they tell enough, as the agent
+            // updates most records.
+            let record = live.get_mut(file).unwrap();
+            if record.records_needed(reach, &tallies, &mut mask).is_empty() {
+                record.update(&tallies, None, reach, &mut work);
+                from_counts += 1;
+            } else {
+                record.update(&tallies, Some(&records), reach, &mut work);
+            }
             updated_files += 1;
             if live[file].text().as_ptr() == before {
                 written_over += 1;
@@ -197,6 +239,10 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
     // stretches keep (no other function of the stretch loaded again).
     assert!(updated_files > 50, "only {updated_files} records were updated");
     assert!(kept_stretches_reached > 0, "no update used the parts a stretch keeps");
+    assert!(
+        from_counts > 0 && from_counts < updated_files,
+        "{from_counts} of {updated_files} records were updated from the counts alone"
+    );
     // Most updates change no line's length: their lines are written over
     // the last text (a record no report holds); the others, and those of a
     // text a report holds, make a new one.

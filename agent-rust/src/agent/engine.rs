@@ -14,11 +14,11 @@ use hyper::body::Bytes;
 
 use super::modules::{self, CounterRange, DataFrom, Module, ModuleId, Pin, Snapshot};
 use super::server::Chunks;
-use crate::coverage::{CounterSource, Coverage};
+use crate::coverage::{CounterSource, Coverage, Tallies};
 use crate::error::{Error, Result};
 use crate::fleet::{self, ReportSettings};
 use crate::lcov;
-use crate::mapping::{CoverageMapping, FileName};
+use crate::mapping::{CountingBody, CoverageMapping, FileName};
 use crate::profile::{self, Counters, FunctionCounters, Lookup, ModuleImage, NameTable, RecordLayout};
 use std::sync::Arc;
 
@@ -89,24 +89,27 @@ impl Drop for Scratch {
     }
 }
 
-/// Which functions stay decoded between dumps: those that ran last (in the
-/// last [`STAY_DUMPS`]), within a budget of the size of the objects'
-/// `__llvm_covfun`. Between dumps of a
-/// service the same ones run again (its timers, its requests); decoded, the
-/// whole mapping is several times the size of the sections it is read from.
+/// What counting reads of the functions that ran last (in the last
+/// [`STAY_DUMPS`]), their [`CountingBody`]s, kept between dumps within a
+/// budget of the size of the objects' `__llvm_covfun`: between dumps of a
+/// service the same functions run again (its timers, its requests), and a
+/// dump that finds theirs counts them without decoding them. Kept decoded
+/// whole instead, they took 724 KB on redis under traffic after 100 dumps,
+/// and the agent's memory was 0.6 MB more; a whole function is only
+/// needed where counts do not tell enough (see
+/// `LiveFile::records_needed`): decoded for that, it is released when the
+/// dump is done with it.
 #[derive(Default)]
 struct Decoded {
-    /// Per mapping function: the dump in which its counters last changed,
-    /// and the one in which it was let stay decoded (0: never, or released).
+    /// Per mapping function: the dump in which its counters last changed.
     ran_at: Vec<u32>,
-    kept_at: Vec<u32>,
+    /// By mapping index.
+    bodies: FxHashMap<u32, CountingBody>,
     dump: u32,
-    /// Bytes of the functions let stay in this dump, and the budget.
-    kept: usize,
     budget: usize,
-    /// The functions decoded since the last dump's end and those let stay
-    /// then (of every function of the mapping, until a first dump's end):
-    /// the end of a dump looks at them alone.
+    /// The functions decoded whole since the last dump's end (every
+    /// function of the mapping, until a first dump's end): a dump's end
+    /// releases those left.
     decoded: Option<Vec<usize>>,
 }
 
@@ -114,88 +117,69 @@ impl Decoded {
     /// A dump begins, in which the `changed` functions ran.
     fn start(&mut self, functions: usize, budget: usize, changed: &[usize]) {
         if self.ran_at.len() != functions {
-            *self = Decoded { ran_at: vec![0; functions], kept_at: vec![0; functions], ..Decoded::default() };
+            *self = Decoded { ran_at: vec![0; functions], ..Decoded::default() };
         }
         self.dump += 1;
         for &i in changed {
             self.ran_at[i] = self.dump;
         }
-        self.kept = 0;
         self.budget = budget;
     }
 
-    /// Which of the `done` functions (decoded, of no more use to this
-    /// dump) to release: not those let stay in an earlier dump (see
-    /// [`Self::finish`]), nor those that ran now while the budget lasts.
-    fn release(&mut self, done: &[usize], mapping: &CoverageMapping) -> Vec<usize> {
-        let mut released = Vec::new();
-        for &i in done {
-            if self.kept_at[i] > 0 {
-                continue;
-            }
-            let bytes = mapping.functions[i].body_bytes();
-            if self.ran_at[i] == self.dump && self.kept + bytes <= self.budget {
-                self.kept += bytes;
-                self.kept_at[i] = self.dump;
-            } else {
-                released.push(i);
-            }
-        }
-        released
+    /// The counting body of function `i`, when kept.
+    fn body(&self, i: usize) -> Option<&CountingBody> {
+        self.bodies.get(&(i as u32))
     }
 
-    /// `functions` are decoded (or were already).
+    /// Those of `functions` without a counting body.
+    fn missing(&self, functions: &[usize]) -> Vec<usize> {
+        functions.iter().copied().filter(|&i| self.body(i).is_none()).collect()
+    }
+
+    /// Keeps the counting bodies of `functions`, decoded whole in `mapping`.
+    fn add(&mut self, mapping: &CoverageMapping, functions: &[usize]) {
+        for &i in functions {
+            if let Some(f) = mapping.functions.get(i) {
+                self.bodies.insert(i as u32, f.counting_body());
+            }
+        }
+    }
+
+    /// `functions` are decoded whole (or were already).
     fn decoding(&mut self, functions: &[usize]) {
         if let Some(decoded) = &mut self.decoded {
             decoded.extend_from_slice(functions);
         }
     }
 
-    /// At the end of a dump: of the functions let stay earlier, those that
-    /// ran last stay while the budget lasts; every other is released.
+    /// At the end of a dump: every function decoded whole is released,
+    /// and of the counting bodies, those of the functions that ran last
+    /// stay while the budget lasts.
     fn finish(&mut self, mapping: &mut CoverageMapping) {
-        let mut candidates = match self.decoded.take() {
-            Some(decoded) => decoded,
-            None => (0..mapping.functions.len()).collect(),
-        };
-        candidates.sort_unstable();
-        candidates.dedup();
-        let mut earlier: Vec<(u32, usize)> = Vec::new();
-        let mut released = Vec::new();
-        let mut staying = Vec::new();
-        for i in candidates {
-            let Some(f) = mapping.functions.get(i) else { continue };
-            if f.regions().is_empty() {
-                continue;
-            }
-            match self.kept_at[i] {
-                k if k == self.dump => staying.push(i),
-                0 => released.push(i),
-                _ => earlier.push((self.ran_at[i], i)),
-            }
+        match self.decoded.replace(Vec::new()) {
+            Some(decoded) => mapping.release_some(&decoded),
+            None => mapping.release_some(&(0..mapping.functions.len()).collect::<Vec<_>>()),
         }
-        earlier.sort_unstable_by(|a, b| b.cmp(a));
-        for (ran_at, i) in earlier {
-            let bytes = mapping.functions[i].body_bytes();
-            if self.dump - ran_at <= STAY_DUMPS && self.kept + bytes <= self.budget {
-                self.kept += bytes;
-                staying.push(i);
+        let mut by_age: Vec<(u32, u32)> = self.bodies.keys().map(|&i| (self.ran_at[i as usize], i)).collect();
+        by_age.sort_unstable_by(|a, b| b.cmp(a));
+        let mut bytes = 0;
+        for (ran_at, i) in by_age {
+            let size = self.bodies.get(&i).map_or(0, CountingBody::bytes);
+            if self.dump - ran_at <= STAY_DUMPS && bytes + size <= self.budget {
+                bytes += size;
             } else {
-                self.kept_at[i] = 0;
-                released.push(i);
+                self.bodies.remove(&i);
             }
         }
-        mapping.release_some(&released);
-        self.decoded = Some(staying);
     }
 }
 
-/// How many dumps a decoded function stays after it last ran (see
+/// How many dumps a counting body stays after its function last ran (see
 /// [`Decoded`]): a service's timers and requests run theirs at every dump
 /// or every few, and what ran once (a start, an error) is let go, not kept
 /// until the budget is full (on redis under traffic, the functions kept
-/// grew from 647 KB after 30 dumps to 836 KB after 300, of a budget of 1.8
-/// MB; with this, 664 to 684 KB).
+/// decoded whole grew from 647 KB after 30 dumps to 836 KB after 300, of a
+/// budget of 1.8 MB; with this, 664 to 684 KB).
 const STAY_DUMPS: u32 = 20;
 
 /// A function's identity in the counters: name reference and hash.
@@ -251,15 +235,7 @@ struct Incremental {
     /// again there; the next whole merge starts a new one.
     merged: Vec<Merged>,
     counts: Vec<u64>,
-    /// The indices of the mapping's functions, by key (then index): the
-    /// functions of a key are a run of them (see [`functions_with`]). Flat
-    /// vectors, not maps of vectors, for these indices of every function
-    /// of the program: they stay from dump to dump.
-    by_key: Vec<u32>,
-    /// The name reference of each of `by_key`: searched instead of the
-    /// functions themselves, which are large and far apart in memory.
-    by_key_names: Vec<u64>,
-    /// The same by index in `keys`: the functions of `keys[k]` are
+    /// The functions of each of `keys`: the functions of `keys[k]` are
     /// `key_functions[key_starts[k]..key_starts[k + 1]]`, and `key_of` has
     /// each function's key (or [`NO_KEY`]). A dump finds the functions of
     /// the keys that changed, and the counts of the functions it loads,
@@ -476,14 +452,15 @@ impl Incremental {
         *self = Incremental::default();
     }
 
-    /// Indexes the functions of each of `keys` (see `key_functions`).
-    fn index_keys(&mut self, mapping: &CoverageMapping) {
+    /// Indexes the functions of each of `keys` (see `key_functions`),
+    /// found `by_key`.
+    fn index_keys(&mut self, mapping: &CoverageMapping, by_key: &ByKey) {
         let mut starts = Vec::with_capacity(self.keys.len() + 1);
         let mut all = Vec::new();
         let mut key_of = vec![NO_KEY as u32; mapping.functions.len()];
         for (k, &key) in self.keys.iter().enumerate() {
             starts.push(all.len() as u32);
-            let functions = functions_with(self, mapping, key);
+            let functions = by_key.functions_with(mapping, key);
             for &i in functions {
                 key_of[i as usize] = k as u32;
             }
@@ -534,16 +511,35 @@ impl Incremental {
     }
 }
 
-/// The mapping functions with `key`, from the index sorted by key (see
-/// `Incremental::by_key`).
-fn functions_with<'a>(last: &'a Incremental, mapping: &CoverageMapping, key: Key) -> &'a [u32] {
-    let names = &last.by_key_names;
-    let from = names.partition_point(|&n| n < key.0);
-    let of_name = &last.by_key[from..from + names[from..].partition_point(|&n| n == key.0)];
-    // A name has one hash but for the rare function of several builds.
-    let hash = |i: &u32| mapping.functions[*i as usize].hash;
-    let from = of_name.partition_point(|i| hash(i) < key.1);
-    &of_name[from..from + of_name[from..].partition_point(|i| hash(i) == key.1)]
+/// The indices of the mapping's functions, by key (then index): the
+/// functions of a key are a run of them. Made for a dump that reads every
+/// record (a first one, one after a reset), in a few hundred microseconds:
+/// kept, it took 12 bytes a function of the program.
+struct ByKey {
+    functions: Vec<u32>,
+    /// The name reference of each of `functions`: searched instead of the
+    /// functions themselves, which are large and far apart in memory.
+    names: Vec<u64>,
+}
+
+impl ByKey {
+    fn of(mapping: &CoverageMapping) -> ByKey {
+        let all = &mapping.functions;
+        let mut functions: Vec<u32> = (0..all.len() as u32).collect();
+        functions.sort_unstable_by_key(|&i| (all[i as usize].name_ref, all[i as usize].hash, i));
+        let names = functions.iter().map(|&i| all[i as usize].name_ref).collect();
+        ByKey { functions, names }
+    }
+
+    /// The mapping functions with `key`.
+    fn functions_with(&self, mapping: &CoverageMapping, key: Key) -> &[u32] {
+        let from = self.names.partition_point(|&n| n < key.0);
+        let of_name = &self.functions[from..from + self.names[from..].partition_point(|&n| n == key.0)];
+        // A name has one hash but for the rare function of several builds.
+        let hash = |i: &u32| mapping.functions[*i as usize].hash;
+        let from = of_name.partition_point(|i| hash(i) < key.1);
+        &of_name[from..from + of_name[from..].partition_point(|i| hash(i) == key.1)]
+    }
 }
 
 /// The functions of each file, from (file, function) pairs listed function
@@ -761,16 +757,11 @@ impl Engine {
         }
         self.refresh()?;
         let written_with = Some((options.test_name.map(str::to_owned), options.demangle));
-        if self.last.by_key.is_empty() {
+        if self.last.file_starts.is_empty() {
             drop_unreported(&mut self.mapping, options.ignore);
-            let functions = &self.mapping.functions;
-            let mut by_key: Vec<u32> = (0..functions.len() as u32).collect();
-            by_key.sort_unstable_by_key(|&i| (functions[i as usize].name_ref, functions[i as usize].hash, i));
-            self.last.by_key_names = by_key.iter().map(|&i| functions[i as usize].name_ref).collect();
-            self.last.by_key = by_key;
             let mut pairs: Vec<(FileName, u32)> = Vec::new();
-            for (i, f) in functions.iter().enumerate() {
-                pairs.extend(f.filenames.iter().map(|&file| (file, i as u32)));
+            for (i, f) in self.mapping.functions.iter().enumerate() {
+                pairs.extend(self.mapping.filenames(f).iter().map(|&file| (file, i as u32)));
             }
             (self.last.file_starts, self.last.file_functions) = functions_by_file(self.mapping.files.len(), &pairs);
         }
@@ -797,7 +788,8 @@ impl Engine {
         // it lacks is looked up): no other changes a count of a report.
         // They are most of a Rust program's (the standard library's, its
         // dependencies').
-        let in_mapping = |name_ref: u64| self.last.by_key_names.binary_search(&name_ref).is_ok();
+        let by_key = ByKey::of(&self.mapping);
+        let in_mapping = |name_ref: u64| by_key.names.binary_search(&name_ref).is_ok();
         let mut decoded = Vec::with_capacity(self.modules.len());
         for (m, snap) in self.modules.iter().zip(snapshots) {
             let keep = |name_ref| in_mapping(name_ref) || m.names.index_of(name_ref).is_none();
@@ -809,7 +801,7 @@ impl Engine {
         keys.dedup();
         keys.shrink_to_fit();
         let ignored = ignored_files(&self.mapping, options.ignore);
-        let relevant: Vec<bool> = keys.iter().map(|&key| self.is_reported(key, &ignored)).collect();
+        let relevant: Vec<bool> = keys.iter().map(|&key| self.is_reported(&by_key, key, &ignored)).collect();
         let too_large = || Error::Unsupported("counter sections of 4 GiB or more".into());
         let mut states = Vec::with_capacity(self.modules.len());
         let mut whole = Vec::with_capacity(self.modules.len());
@@ -834,17 +826,13 @@ impl Engine {
             records_of[r.key as usize] = records_of[r.key as usize].saturating_add(1);
         }
         let shared: Vec<u32> = (0..keys.len() as u32).filter(|&k| records_of[k as usize] > 1).collect();
-        let by_key = std::mem::take(&mut self.last.by_key);
-        let by_key_names = std::mem::take(&mut self.last.by_key_names);
         let file_functions = std::mem::take(&mut self.last.file_functions);
         let file_starts = std::mem::take(&mut self.last.file_starts);
         self.last.forget();
-        self.last.by_key = by_key;
-        self.last.by_key_names = by_key_names;
         self.last.file_functions = file_functions;
         self.last.file_starts = file_starts;
         self.last.keys = keys;
-        self.last.index_keys(&self.mapping);
+        self.last.index_keys(&self.mapping, &by_key);
         self.last.modules = states;
         self.last.shared = shared;
         self.report_or_forget(options, Merge::Whole(whole))
@@ -860,11 +848,11 @@ impl Engine {
         report
     }
 
-    /// Whether the function with `key` has a file in reports (the agent's
-    /// own code, and the `ignored` files, have none).
-    fn is_reported(&self, key: Key, ignored: &[bool]) -> bool {
-        let functions = functions_with(&self.last, &self.mapping, key);
-        let mut files = functions.iter().flat_map(|&i| self.mapping.functions[i as usize].filenames.iter());
+    /// Whether the function with `key` (found `by_key`) has a file in
+    /// reports (the agent's own code, and the `ignored` files, have none).
+    fn is_reported(&self, by_key: &ByKey, key: Key, ignored: &[bool]) -> bool {
+        let functions = by_key.functions_with(&self.mapping, key);
+        let mut files = functions.iter().flat_map(|&i| self.mapping.filenames(&self.mapping.functions[i as usize]));
         files.any(|&file| !ignored[file as usize])
     }
 
@@ -1019,17 +1007,17 @@ impl Engine {
         self.counters = counters;
         let covfun = self.objects.iter().filter_map(|(_, range)| range.as_ref().map(|r| r.len())).sum();
         self.decoded.start(self.mapping.functions.len(), covfun, &changed_functions);
-        for some in changed_functions.chunks(BATCH_FUNCTIONS) {
+        for some in self.decoded.missing(&changed_functions).chunks(BATCH_FUNCTIONS) {
             self.restore(some)?;
-            for &i in some {
-                // Whether llvm-cov loads a zero-region stub depends on its
-                // counts: its files are computed whole again.
-                let f = &self.mapping.functions[i];
-                if f.regions().len() == 1 && f.regions()[0].count == crate::mapping::Counter::ZERO {
-                    rebuild.extend(f.filenames.iter().copied());
-                }
-            }
+            self.decoded.add(&self.mapping, some);
             self.release_done(some);
+        }
+        for &i in &changed_functions {
+            // Whether llvm-cov loads a zero-region stub depends on its
+            // counts: its files are computed whole again.
+            if self.decoded.body(i).is_some_and(|body| body.stub) {
+                rebuild.extend(self.mapping.filenames(&self.mapping.functions[i]).iter().copied());
+            }
         }
         let last = &mut self.last;
         rebuild.sort_unstable();
@@ -1041,11 +1029,12 @@ impl Engine {
         // The files with a record in parts that changed functions touch,
         // and which: (file, function) pairs; the parked records they touch
         // are computed whole.
-        let files_of_changed = changed_functions.iter().map(|&i| self.mapping.functions[i].filenames.len()).sum();
+        let files_of = |i: usize| self.mapping.filenames(&self.mapping.functions[i]);
+        let files_of_changed = changed_functions.iter().map(|&i| files_of(i).len()).sum();
         let mut pairs: Vec<(FileName, u32)> = Vec::with_capacity(files_of_changed);
         let mut unparked = Vec::new();
         for &i in &changed_functions {
-            for &file in self.mapping.functions[i].filenames.iter() {
+            for &file in files_of(i) {
                 match last.files[file as usize] {
                     FileRecord::Live(_) if rebuild.binary_search(&file).is_err() => pairs.push((file, i as u32)),
                     FileRecord::Parked(_) => unparked.push(file),
@@ -1065,36 +1054,48 @@ impl Engine {
             })
             .collect();
         self.keep_parts(&reached)?;
-        // Each touched record needs the changed functions and the others of
-        // their stretches that keep no parts (of one function).
-        let last = &mut self.last;
-        let touched: Vec<(Touched, Vec<usize>)> = reached
-            .into_iter()
-            .map(|(file, reach)| {
-                let mut needed = reach.changed().to_vec();
-                if let Some(live) = last.files[file as usize].live() {
-                    needed.extend(live.needs(&reach));
-                }
-                ((file, reach), needed)
-            })
-            .collect();
         // The records' last texts are then theirs alone: each is freed as
         // its next is made, and its memory serves the next record's.
-        last.report = Chunks::default();
-        for (mut files, functions, done) in batches(touched) {
+        self.last.report = Chunks::default();
+        let tallies = Tallies::count(&self.mapping, &MergedCounts(&self.last), &changed_functions, |i| self.decoded.body(i));
+        // The largest records first: each new text then fits in the memory
+        // of the last text of the record before it, freed as that one was
+        // replaced, and not in pages mapped and zeroed afresh (on redis
+        // under load, 5 new mappings a dump against 2).
+        let mut touched = reached;
+        let text_len = |file: FileName| self.last.files[file as usize].text().map_or(0, |t| t.len());
+        touched.sort_by_key(|(file, _)| std::cmp::Reverse(text_len(*file)));
+        // Most records update from the counts alone; the others need some
+        // functions decoded whole (see `LiveFile::records_needed`): with
+        // several objects, whose duplicates are one only within one load
+        // (see `Coverage::of_functions`), the changed ones and all those of
+        // their stretches that keep no parts.
+        let mut work = lcov::Work::default();
+        let mut mask = Vec::new();
+        let mut decode = Vec::new();
+        for touched in touched {
+            let (file, reach) = &touched;
+            let Some(live) = self.last.files[*file as usize].live_mut() else { continue };
+            let needed = live.records_needed(reach, &tallies, &mut mask);
+            if needed.is_empty() {
+                live.update(&tallies, None, reach, &mut work);
+            } else if self.mapping.objects() > 1 {
+                let functions = reach.changed().iter().copied().chain(live.needs(reach)).collect();
+                decode.push((touched, functions));
+            } else {
+                decode.push((touched, needed));
+            }
+        }
+        drop(work);
+        for (files, functions, done) in batches(decode) {
             self.restore(&functions)?;
             let coverage = Coverage::of_functions(&self.mapping, &MergedCounts(&self.last), functions.into_iter());
             let index_of = coverage.places();
+            let records = lcov::Records { coverage: &coverage, index_of: &index_of };
             let mut work = lcov::Work::default();
-            // The largest records first: each new text then fits in the
-            // memory of the last text of the record before it, freed as
-            // that one was replaced, and not in pages mapped and zeroed
-            // afresh (on redis under load, 5 new mappings a dump against 2).
-            let text_len = |file: &FileName| self.last.files[*file as usize].text().map_or(0, |t| t.len());
-            files.sort_by_key(|(file, _)| std::cmp::Reverse(text_len(file)));
             for (file, reach) in &files {
                 if let Some(live) = self.last.files[*file as usize].live_mut() {
-                    live.update(&coverage, &index_of, reach, &mut work);
+                    live.update(&tallies, Some(&records), reach, &mut work);
                 }
             }
             drop(work);
@@ -1220,11 +1221,9 @@ impl Engine {
         Ok(())
     }
 
-    /// Releases the regions of the `done` functions that are not to stay
-    /// decoded (see [`Decoded`]).
+    /// Releases the regions of the `done` functions (see [`Decoded`]).
     fn release_done(&mut self, done: &[usize]) {
-        let released = self.decoded.release(done, &self.mapping);
-        self.mapping.release_some(&released);
+        self.mapping.release_some(done);
     }
 
     /// llvm-cov's JSON export (`llvm-cov export -format=text`) of the
@@ -1420,7 +1419,7 @@ fn batches<T>(records: Vec<(T, Vec<usize>)>) -> Vec<(Vec<T>, Vec<usize>, Vec<usi
 /// and they are most of a Rust service's mapping.
 fn drop_unreported(mapping: &mut CoverageMapping, ignore: &[Regex]) {
     let ignored = ignored_files(mapping, ignore).into_owned();
-    mapping.functions.retain(|f| f.filenames.iter().any(|&file| !ignored[file as usize]));
+    mapping.retain_functions(|files| files.iter().any(|&file| !ignored[file as usize]));
     mapping.functions.shrink_to_fit();
     mapping.keep_names_of_functions();
 }
@@ -1501,29 +1500,36 @@ mod tests {
         FunctionMapping::decoded(Body::new(Vec::new(), vec![region], Vec::new(), 1))
     }
 
-    /// One dump as `Engine::report` drives `Decoded`: the `ran` functions,
-    /// decoded, are done with.
+    /// One dump as `Engine::report` drives `Decoded`: the `ran` functions
+    /// are counted, those without a counting body decoded whole for it.
     fn dump(decoded: &mut Decoded, mapping: &mut CoverageMapping, ran: &[usize]) {
         decoded.start(mapping.functions.len(), 1 << 20, ran);
-        decoded.decoding(ran);
-        let released = decoded.release(ran, mapping);
-        mapping.release_some(&released);
+        let missing = decoded.missing(ran);
+        for &i in &missing {
+            mapping.functions[i] = decoded_function();
+        }
+        decoded.decoding(&missing);
+        decoded.add(mapping, &missing);
         decoded.finish(mapping);
     }
 
     #[test]
-    fn a_decoded_function_stays_while_it_runs_again_and_goes_some_dumps_after() {
+    fn a_counting_body_stays_while_its_function_runs_again_and_goes_some_dumps_after() {
         let mut mapping = CoverageMapping::default();
         mapping.functions = vec![decoded_function(), decoded_function()];
         let mut decoded = Decoded::default();
         dump(&mut decoded, &mut mapping, &[0, 1]);
+        assert!(mapping.functions.iter().all(|f| f.regions().is_empty()), "a function decoded whole stayed so");
+        let body = decoded.body(1).expect("no counting body of a function that ran");
+        assert_eq!((body.regions, body.counters.len(), body.stub), (1, 1, false));
         for _ in 0..STAY_DUMPS {
             dump(&mut decoded, &mut mapping, &[0]);
         }
-        assert!(!mapping.functions[1].regions().is_empty(), "released before it stayed {STAY_DUMPS} dumps");
+        assert!(decoded.body(1).is_some(), "let go before it stayed {STAY_DUMPS} dumps");
         dump(&mut decoded, &mut mapping, &[0]);
-        assert!(mapping.functions[1].regions().is_empty(), "kept {} dumps after it ran", STAY_DUMPS + 1);
-        assert!(!mapping.functions[0].regions().is_empty(), "released while it runs at every dump");
+        assert!(decoded.body(1).is_none(), "kept {} dumps after it ran", STAY_DUMPS + 1);
+        assert!(decoded.body(0).is_some(), "let go while its function runs at every dump");
+        assert_eq!(decoded.missing(&[0, 1]), [1]);
     }
 
     #[test]

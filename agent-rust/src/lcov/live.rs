@@ -38,7 +38,7 @@ use rustc_hash::FxHashMap;
 use super::{defined_names, function_summary, member_summaries, placed_branches, push_da_lines, push_int, push_line};
 use super::{summed_branch_lines, write_fn_lines, write_lines, write_placed_branches};
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
-use crate::coverage::{Coverage, CoverageData, FunctionRecord, LinePlan, Segment, Shape, ShapeWords, Span, NO_SLOT};
+use crate::coverage::{Coverage, CoverageData, LinePlan, Segment, Shape, ShapeWords, Span, Tallies, Tally, NO_SLOT};
 use crate::mapping::FileName;
 
 /// One file's record, in parts, and its text. Functions are named by their
@@ -93,14 +93,11 @@ struct Stretch {
     /// For a stretch of several functions, their parts and those combined:
     /// a dump updates them by the difference of the functions that ran
     /// (from the first dump after the first that reaches it).
-    kept: Option<Box<Kept>>,
+    kept: Option<Kept>,
     /// Where its `DA` and `BRDA` lines end in the record's text: each
     /// stretch's begin where the last one's end (see `LiveFile::lines_at`).
     da_end: u32,
     brda_end: u32,
-    /// Its parts were kept by this dump, ahead of computing it (see
-    /// [`LiveFile::unkept`]): its lines are to be written again.
-    kept_now: bool,
 }
 
 /// Stretches' lines computed again, not yet in the text: all their `DA`
@@ -143,6 +140,14 @@ impl Reach {
     fn groups(&self) -> &[usize] {
         &self.found[self.groups_at..]
     }
+}
+
+/// The records of the functions a dump loaded whole (see
+/// [`LiveFile::update`]).
+pub struct Records<'a, 'm> {
+    pub coverage: &'a Coverage<'m>,
+    /// Maps a function (by mapping index) to its place in `coverage`.
+    pub index_of: &'a FxHashMap<usize, usize>,
 }
 
 /// Where some lines are in a text: (from, to) byte offsets.
@@ -194,7 +199,11 @@ pub struct Work<'m> {
 /// the agent's arena 3.94 MB, 3.48 MB in use, against 3.74 and 3.24 MB in
 /// one block, with shapes of 13 bytes a segment for 16).
 ///
-/// The `u64`s come first: each slot's sum, the counts of each function
+/// Its [`KeptHeader`] comes first, in the block too: a dump reads it first
+/// of every stretch it reaches, and in a box of its own it was one more
+/// allocation and one more first read each (on redis under traffic, a
+/// tenth of the samples in `LiveFile::update` were on that read). Then the
+/// `u64`s: each slot's sum, the counts of each function
 /// (those of its regions, then the two of each of its branches), and each
 /// place's two sums (wrapping, as a record sums them). A function that had
 /// never run when the stretch was kept has no counts until it runs (see
@@ -210,9 +219,15 @@ pub struct Work<'m> {
 /// end, where its branches end, and where its counts end; of each place,
 /// its line; and the words of the shape's [`LinePlan`], or of the shape
 /// when it has none (rare: see [`LinePlan`]).
-#[derive(Debug, Default)]
-struct Kept {
-    words: Box<[u64]>,
+#[derive(Debug)]
+struct Kept(Box<[u64]>);
+
+/// How many words a [`KeptHeader`] takes.
+const HEADER: usize = 4;
+
+/// The sizes of a [`Kept`] stretch's arrays, and how to read them.
+#[derive(Debug, Clone, Copy)]
+struct KeptHeader {
     functions: u32,
     regions: u32,
     branches: u32,
@@ -224,6 +239,52 @@ struct Kept {
     consecutive: bool,
     /// Its last words are a [`LinePlan`]'s, not a [`Shape`]'s.
     planned: bool,
+    /// Its parts were kept by this dump, ahead of computing its stretch
+    /// (see [`LiveFile::unkept`]): its lines are to be written again.
+    kept_now: bool,
+}
+
+impl KeptHeader {
+    fn words(self) -> [u64; HEADER] {
+        let pair = |low: u32, high: u32| u64::from(low) | u64::from(high) << 32;
+        let flags = u64::from(self.consecutive) | u64::from(self.planned) << 1 | u64::from(self.kept_now) << 2;
+        [pair(self.functions, self.regions), pair(self.branches, self.slots), pair(self.places, self.counts), flags]
+    }
+
+    fn of(words: &[u64]) -> KeptHeader {
+        let word = |k: usize| words.get(k).copied().unwrap_or(0);
+        let low = |k: usize| word(k) as u32;
+        let high = |k: usize| (word(k) >> 32) as u32;
+        KeptHeader {
+            functions: low(0),
+            regions: high(0),
+            branches: low(1),
+            slots: high(1),
+            places: low(2),
+            counts: high(2),
+            consecutive: word(3) & 1 != 0,
+            planned: word(3) & 2 != 0,
+            kept_now: word(3) & 4 != 0,
+        }
+    }
+
+    /// Whether each of its functions has its counts (one a region, two a
+    /// branch).
+    fn has_all_counts(&self) -> bool {
+        self.counts as usize == self.regions as usize + 2 * self.branches as usize
+    }
+
+    /// How many of its words are `u64`s, past the header.
+    fn wide(&self) -> usize {
+        (self.slots + self.counts + 2 * self.places) as usize
+    }
+
+    /// Where its functions' count ends are among its `u32`s.
+    fn count_ends_at(&self) -> std::ops::Range<usize> {
+        let (regions, branches, functions) = (self.regions as usize, self.branches as usize, self.functions as usize);
+        let at = if self.consecutive { functions } else { regions } + regions + 2 * branches + 2 * functions;
+        at..at + functions
+    }
 }
 
 /// A [`Kept`] stretch's arrays, borrowed from its block (the counts to
@@ -328,8 +389,7 @@ impl Kept {
         };
         let counts = (0..region_ends.len()).map(|k| if parts.idle[k] { 0 } else { counts_of(&region_ends, &branch_ends, k) });
         let count_ends: Vec<u32> = ends(counts).collect();
-        let mut kept = Kept {
-            words: Box::default(),
+        let header = KeptHeader {
             functions: parts.ends.len() as u32,
             regions: spans.len() as u32,
             branches: branches.len() as u32,
@@ -338,11 +398,12 @@ impl Kept {
             counts: count_ends.last().copied().unwrap_or(0),
             consecutive,
             planned,
+            kept_now: false,
         };
-        let small = positions.len() + (kept.regions + 2 * kept.branches + 3 * kept.functions) as usize
+        let small = positions.len() + (header.regions + 2 * header.branches + 3 * header.functions) as usize
             + place_lines.len()
             + lines.len();
-        kept.words = vec![0u64; kept.wide() + small.div_ceil(2)].into_boxed_slice();
+        let mut kept = Kept::with(header, small.div_ceil(2));
         let a = kept.arrays();
         for (k, &idle) in parts.idle.iter().enumerate() {
             let (regions, branches) = (run(&region_ends, k), run(&branch_ends, k));
@@ -368,8 +429,7 @@ impl Kept {
             sums[0] = sums[0].wrapping_add(b.count);
             sums[1] = sums[1].wrapping_add(b.false_count);
         }
-        let wide = kept.wide();
-        let small = halves_mut(&mut kept.words[wide..]).iter_mut();
+        let small = halves_mut(&mut kept.0[HEADER + header.wide()..]).iter_mut();
         let all = positions.into_iter().chain(slot_of).chain(parts.branch_positions.iter().copied());
         let all = all.chain(place_of).chain(region_ends).chain(branch_ends).chain(count_ends);
         let all = all.chain(place_lines).chain(lines.iter().copied());
@@ -379,18 +439,43 @@ impl Kept {
         kept
     }
 
+    /// A block of `header`'s, its arrays zeros, `small` words of `u32`s.
+    fn with(header: KeptHeader, small: usize) -> Kept {
+        let mut words = vec![0u64; HEADER + header.wide() + small].into_boxed_slice();
+        words[..HEADER].copy_from_slice(&header.words());
+        Kept(words)
+    }
+
+    fn header(&self) -> KeptHeader {
+        KeptHeader::of(&self.0)
+    }
+
+    fn set_kept_now(&mut self, now: bool) {
+        self.0[HEADER - 1] = KeptHeader { kept_now: now, ..self.header() }.words()[HEADER - 1];
+    }
+
+    /// Whether its parts were kept by this dump, no longer.
+    fn take_kept_now(&mut self) -> bool {
+        let now = self.header().kept_now;
+        if now {
+            self.set_kept_now(false);
+        }
+        now
+    }
+
     /// Gives counts (zeros, as they were) to the functions of the stretch
     /// that had none (see [`Kept`]) and that ran: those of its `own` (see
     /// [`Stretch::functions`]) in `ran` (by mapping index, ascending).
     fn wake(&mut self, own: &[u32], ran: &[usize]) {
+        let header = self.header();
         let a = self.arrays();
         let counts: Vec<usize> = (0..a.count_ends.len())
             .map(|k| if a.wakes(k, own, ran) { counts_of(a.region_ends, a.branch_ends, k) } else { a.counts_at(k).len() })
             .collect();
-        let mut next = Kept { words: Box::default(), counts: counts.iter().sum::<usize>() as u32, ..*self };
-        next.words = vec![0u64; next.wide() + (self.words.len() - self.wide())].into_boxed_slice();
-        let (wide, next_wide) = (self.wide(), next.wide());
-        next.words[next_wide..].copy_from_slice(&self.words[wide..]);
+        let next_header = KeptHeader { counts: counts.iter().sum::<usize>() as u32, ..header };
+        let (small, next_small) = (HEADER + header.wide(), HEADER + next_header.wide());
+        let mut next = Kept::with(next_header, self.0.len() - small);
+        next.0[next_small..].copy_from_slice(&self.0[small..]);
         let old = self.arrays();
         let new = next.arrays();
         new.slots.copy_from_slice(old.slots);
@@ -403,38 +488,21 @@ impl Kept {
             }
             at += n;
         }
-        let count_ends = next.count_ends_at();
-        for (word, end) in halves_mut(&mut next.words[next_wide..])[count_ends].iter_mut().zip(ends(counts.into_iter())) {
+        let count_ends = next_header.count_ends_at();
+        for (word, end) in halves_mut(&mut next.0[next_small..])[count_ends].iter_mut().zip(ends(counts.into_iter())) {
             *word = end;
         }
         *self = next;
     }
 
-    /// Whether each of its functions has its counts (one a region, two a
-    /// branch).
-    fn has_all_counts(&self) -> bool {
-        self.counts as usize == self.regions as usize + 2 * self.branches as usize
-    }
-
-    /// How many of its words are `u64`s.
-    fn wide(&self) -> usize {
-        (self.slots + self.counts + 2 * self.places) as usize
-    }
-
-    /// Where its functions' count ends are among its `u32`s.
-    fn count_ends_at(&self) -> std::ops::Range<usize> {
-        let (regions, branches, functions) = (self.regions as usize, self.branches as usize, self.functions as usize);
-        let at = if self.consecutive { functions } else { regions } + regions + 2 * branches + 2 * functions;
-        at..at + functions
-    }
-
     fn arrays(&mut self) -> KeptArrays<'_> {
-        let (regions, branches, functions) = (self.regions as usize, self.branches as usize, self.functions as usize);
-        let (wide, small) = self.words.split_at_mut(self.wide());
-        let (slots, rest) = wide.split_at_mut(self.slots as usize);
-        let (counts, place_sums) = rest.split_at_mut(self.counts as usize);
+        let h = self.header();
+        let (regions, branches, functions) = (h.regions as usize, h.branches as usize, h.functions as usize);
+        let (wide, small) = self.0[HEADER..].split_at_mut(h.wide());
+        let (slots, rest) = wide.split_at_mut(h.slots as usize);
+        let (counts, place_sums) = rest.split_at_mut(h.counts as usize);
         let small = halves(small);
-        let (region_positions, rest) = small.split_at(if self.consecutive { functions } else { regions });
+        let (region_positions, rest) = small.split_at(if h.consecutive { functions } else { regions });
         let (region_slots, rest) = rest.split_at(regions);
         let (branch_positions, rest) = rest.split_at(branches);
         let (branch_places, rest) = rest.split_at(branches);
@@ -444,13 +512,13 @@ impl Kept {
         // With a last half word of padding when their number is odd: it
         // adds no run to a plan (see `LinePlan::runs`); to a shape, no
         // segment (see `ShapeWords::segments`), and no flag is read from it.
-        let (place_lines, lines) = rest.split_at(self.places as usize);
+        let (place_lines, lines) = rest.split_at(h.places as usize);
         KeptArrays {
             slots,
             counts,
             place_sums,
             region_positions,
-            consecutive: self.consecutive,
+            consecutive: h.consecutive,
             region_slots,
             branch_positions,
             branch_places,
@@ -459,17 +527,17 @@ impl Kept {
             count_ends,
             place_lines,
             lines,
-            planned: self.planned,
+            planned: h.planned,
         }
     }
 
     /// The parts of the stretch's `functions` that are `loaded` ((mapping
-    /// index, place in `coverage`), both by mapping index) read again, those
-    /// of the ones that `ran` (ascending) given counts first if they had
-    /// none (see [`Self::wake`]): whether a count of them changed.
-    fn update_loaded(&mut self, coverage: &Coverage<'_>, functions: &[u32], loaded: &[(usize, usize)], ran: &[usize]) -> bool {
+    /// index, position in `tallies`), both by mapping index) read again,
+    /// those of the ones that `ran` (ascending) given counts first if they
+    /// had none (see [`Self::wake`]): whether a count of them changed.
+    fn update_loaded(&mut self, tallies: &Tallies, functions: &[u32], loaded: &[(usize, usize)], ran: &[usize]) -> bool {
         // Most stretches have every function's counts: none can wake.
-        if !self.has_all_counts() {
+        if !self.header().has_all_counts() {
             let mut woke = false;
             let a = self.arrays();
             for_loaded(functions, loaded, |k, _| woke |= a.wakes(k, functions, ran));
@@ -479,7 +547,7 @@ impl Kept {
         }
         let mut changed = false;
         let mut a = self.arrays();
-        for_loaded(functions, loaded, |k, at| changed |= a.update(k, &coverage.functions[at]));
+        for_loaded(functions, loaded, |k, at| changed |= a.update(k, tallies.at(at)));
         changed
     }
 
@@ -590,9 +658,9 @@ impl KeptArrays<'_> {
             && own.get(k).is_some_and(|&i| ran.binary_search(&(i as usize)).is_ok())
     }
 
-    /// Function `k`'s part read again from its `record`: whether a count
-    /// of it changed.
-    fn update(&mut self, k: usize, record: &FunctionRecord<'_>) -> bool {
+    /// Function `k`'s part read again from its `tally`: whether a count of
+    /// it changed.
+    fn update(&mut self, k: usize, tally: Tally<'_>) -> bool {
         let mut changed = false;
         let regions = run(self.region_ends, k);
         let branches = run(self.branch_ends, k);
@@ -607,7 +675,7 @@ impl KeptArrays<'_> {
                 true => self.region_positions[k] as usize + (r - regions.start),
                 false => self.region_positions[r] as usize,
             };
-            let count = record.regions.get(position).map_or(0, |c| c.count);
+            let count = tally.region(position);
             let last = std::mem::replace(last, count);
             changed |= count != last;
             if let Some(sum) = self.slots.get_mut(self.region_slots[r] as usize) {
@@ -615,8 +683,7 @@ impl KeptArrays<'_> {
             }
         }
         for (b, last) in branches.zip(branch_counts.chunks_exact_mut(2)) {
-            let branch = record.branches.get(self.branch_positions[b] as usize);
-            let counts = branch.map_or([0, 0], |c| [c.count, c.false_count]);
+            let counts = tally.branch(self.branch_positions[b] as usize);
             changed |= counts[..] != last[..];
             if let Some(sums) = self.place_sums.get_mut(2 * self.branch_places[b] as usize..).and_then(|s| s.get_mut(..2)) {
                 sums[0] = sums[0].wrapping_sub(last[0]).wrapping_add(counts[0]);
@@ -743,14 +810,13 @@ fn group_summary(members: &[Member]) -> (Summary, bool) {
 /// below 2^48 and fewer than 2^16 regions. The last word tells: 0 when
 /// it is, 1 when not, so that no mask read then is ever found equal to one
 /// read later.
-fn zero_mask(record: &FunctionRecord<'_>, mask: &mut Vec<u64>) -> bool {
+fn zero_mask(tally: Tally<'_>, mask: &mut Vec<u64>) -> bool {
     const SMALL: u64 = 1 << 48;
     mask.clear();
     let mut word = 0u64;
     let mut bits = 0;
-    let mut small = record.regions.len() + record.branches.len() < 1 << 16;
-    let counts = record.regions.iter().map(|r| r.count).chain(record.branches.iter().flat_map(|b| [b.count, b.false_count]));
-    for count in counts {
+    let mut small = tally.regions_and_branches() < 1 << 16;
+    for count in tally.counts() {
         small &= count < SMALL;
         word |= u64::from(count != 0) << bits;
         bits += 1;
@@ -764,6 +830,15 @@ fn zero_mask(record: &FunctionRecord<'_>, mask: &mut Vec<u64>) -> bool {
     }
     mask.push(u64::from(!small));
     small
+}
+
+/// Whether `member`'s summary holds for its new counts, its `tally`: its
+/// [`zero_mask`], read into `mask`, is trusted and the one stored in
+/// `masks` as of its summary.
+fn mask_holds(masks: &[u64], member: &Member, tally: Tally<'_>, mask: &mut Vec<u64>) -> bool {
+    let trusted = zero_mask(tally, mask);
+    let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
+    trusted && stored.and_then(|r| masks.get(r)) == Some(&mask[..])
 }
 
 /// A range of `u32` indices as one of `usize`.
@@ -930,7 +1005,7 @@ impl LiveFile {
             let mut stretch =
                 Stretch { lines: (lo, hi), functions: (from, live.stretch_functions.len() as u32), ..Stretch::default() };
             let functions = &live.stretch_functions[range(stretch.functions)];
-            stretch.compute(k, coverage, file, functions, &all, k + 1 < n, None, None, &mut work);
+            stretch.compute(k, coverage, file, functions, &all, k + 1 < n, false, &mut work);
             live.stretches_of.extend(all.iter().map(|&(i, _)| (i as u32, k as u32)));
             live.stretches.push(stretch);
         }
@@ -1019,8 +1094,9 @@ impl LiveFile {
     pub fn keep_parts(&mut self, k: usize, parts: Parts) {
         let followed = k + 1 < self.stretches.len();
         let stretch = &mut self.stretches[k];
-        stretch.kept = Some(Box::new(Kept::new(&parts, followed)));
-        stretch.kept_now = true;
+        let mut kept = Kept::new(&parts, followed);
+        kept.set_kept_now(true);
+        stretch.kept = Some(kept);
     }
 
     /// The functions a dump must load, besides the changed ones, to update
@@ -1031,27 +1107,45 @@ impl LiveFile {
         unkept.flat_map(|&k| self.functions_of(k).iter().map(|&i| i as usize))
     }
 
-    /// Computes again what `reach` has, from `coverage`, which loaded its
-    /// changed functions and what [`Self::needs`] named; `index_of` maps a
-    /// function to its place in `coverage`.
+    /// The functions whose records [`Self::update`] needs, besides their
+    /// tallies, to compute again what `reach` has (ascending): those of the
+    /// stretches it reaches that keep no parts yet, and those (of the
+    /// `tallies`) some of whose counts turned zero or nonzero, whose summary
+    /// is computed again. Most often none: a service runs the same paths
+    /// again and again, and most of its dumps decode no function whole.
+    pub fn records_needed(&self, reach: &Reach, tallies: &Tallies, mask: &mut Vec<u64>) -> Vec<usize> {
+        let mut needed: Vec<usize> = self.needs(reach).collect();
+        for &g in reach.groups() {
+            for member in &self.members[range(self.groups[g])] {
+                let Some(at) = tallies.position(member.function as usize) else { continue };
+                if !mask_holds(&self.masks, member, tallies.at(at), mask) {
+                    needed.push(member.function as usize);
+                }
+            }
+        }
+        needed.sort_unstable();
+        needed.dedup();
+        needed
+    }
+
+    /// Computes again what `reach` has, from the `tallies` of its changed
+    /// functions, and from the `records` of those [`Self::records_needed`]
+    /// names (none when it names none).
     pub fn update<'m>(
         &mut self,
-        coverage: &Coverage<'m>,
-        index_of: &FxHashMap<usize, usize>,
+        tallies: &Tallies,
+        records: Option<&Records<'_, 'm>>,
         reach: &Reach,
         work: &mut Work<'m>,
     ) {
-        let wanted = reach.changed().iter().copied().chain(self.needs(reach));
-        // (mapping index, place in `coverage`), by mapping index.
-        let mut loaded: Vec<(usize, usize)> = wanted.filter_map(|i| Some((i, *index_of.get(&i)?))).collect();
-        loaded.sort_unstable();
-        loaded.dedup();
+        // (mapping index, position in `tallies`), by mapping index.
+        let loaded: Vec<(usize, usize)> = reach.changed().iter().filter_map(|&i| Some((i, tallies.position(i)?))).collect();
         let fresh = &mut work.fresh;
         // The `FNDA` lines of the counts that changed.
         fresh.names.clear();
         for &(i, at) in &loaded {
             if let Some(slot) = find(&self.defined_at, i) {
-                let count = coverage.functions[at].execution_count;
+                let count = tallies.at(at).execution_count();
                 if self.executions[slot] != count {
                     self.executions[slot] = count;
                     fresh.names.push(slot);
@@ -1080,11 +1174,17 @@ impl LiveFile {
         let n = self.stretches.len();
         for &k in reach.stretches() {
             let (da_start, brda_start) = self.line_starts(k);
-            let (da_end, brda_end) = (self.stretches[k].da_end, self.stretches[k].brda_end);
-            let at = text.as_deref_mut().and_then(|text| StretchText::of(text, (da_start, da_end), (brda_start, brda_end)));
-            let functions = &self.stretch_functions[range(self.stretches[k].functions)];
-            let keep = Some(reach.changed());
-            self.stretches[k].compute(k, coverage, self.file, functions, &loaded, k + 1 < n, keep, at, work);
+            let stretch = &mut self.stretches[k];
+            let functions = &self.stretch_functions[range(stretch.functions)];
+            if stretch.kept.is_some() {
+                let (da_end, brda_end) = (stretch.da_end, stretch.brda_end);
+                let at = text.as_deref_mut().and_then(|text| StretchText::of(text, (da_start, da_end), (brda_start, brda_end)));
+                stretch.update_kept(k, tallies, functions, &loaded, reach.changed(), at, work);
+            } else if let Some(records) = records {
+                let placed: Vec<(usize, usize)> =
+                    functions.iter().filter_map(|&f| Some((f as usize, *records.index_of.get(&(f as usize))?))).collect();
+                stretch.compute(k, records.coverage, self.file, functions, &placed, k + 1 < n, true, work);
+            }
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
@@ -1098,14 +1198,18 @@ impl LiveFile {
             self.hit -= u32::from(ran);
             for member in members.iter_mut() {
                 let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) else { continue };
-                let at = loaded[k].1;
-                let record = &coverage.functions[at];
-                let trusted = zero_mask(record, mask);
-                let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
-                if trusted && stored.clone().and_then(|r| self.masks.get(r)) == Some(&mask[..]) {
-                    member.executions = record.execution_count;
+                let tally = tallies.at(loaded[k].1);
+                // Without `records`, every mask holds (see `records_needed`).
+                if records.is_none() || mask_holds(&self.masks, member, tally, mask) {
+                    member.executions = tally.execution_count();
                     continue;
                 }
+                // In `records` (see `records_needed`).
+                let Some((coverage, &at)) = records.and_then(|r| Some((r.coverage, r.index_of.get(&(member.function as usize))?)))
+                else {
+                    continue;
+                };
+                let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
                 match stored.and_then(|r| self.masks.get_mut(r)) {
                     Some(words) => words.copy_from_slice(mask),
                     None => {
@@ -1113,7 +1217,7 @@ impl LiveFile {
                         self.masks.extend_from_slice(mask);
                     }
                 }
-                member.set(function_summary(coverage, at, data), record.execution_count);
+                member.set(function_summary(coverage, at, data), tally.execution_count());
             }
             let (after, ran) = group_summary(members);
             self.total.add(after);
@@ -1286,14 +1390,11 @@ fn copy_from(out: &mut String, last: &Bytes, at: (u32, u32)) {
 }
 
 impl Stretch {
-    /// Its `DA` and `BRDA` lines, as stretch `k`, into `work.fresh`, with
-    /// the parts of the `loaded` functions ((mapping index, place in
-    /// `coverage`), by mapping index) computed again and the others as they
-    /// were; `functions`: its own (see [`Stretch::functions`]); `followed`:
-    /// stretches come after it; `keep`: a stretch of several functions is
-    /// to keep their parts, and which functions ran (by mapping index,
-    /// ascending); `text`: its lines in the record's last text, when they
-    /// can be written over there.
+    /// Its `DA` and `BRDA` lines, as stretch `k`, into `work.fresh`, from
+    /// the records in `coverage` of its `functions` (see
+    /// [`Stretch::functions`]) that are `placed` ((mapping index, place in
+    /// `coverage`), by mapping index); `followed`: stretches come after
+    /// it; `keep`: it is to keep its functions' parts (see [`Kept`]).
     #[allow(clippy::too_many_arguments)]
     fn compute<'m>(
         &mut self,
@@ -1301,44 +1402,28 @@ impl Stretch {
         coverage: &Coverage<'m>,
         file: FileName,
         functions: &[u32],
-        loaded: &[(usize, usize)],
+        placed: &[(usize, usize)],
         followed: bool,
-        keep: Option<&[usize]>,
-        text: Option<StretchText<'_>>,
+        keep: bool,
         work: &mut Work<'m>,
     ) {
         let Work { data, spans, branches, fresh, parts, .. } = work;
         let (da_from, brda_from) = (fresh.da.len() as u32, fresh.brda.len() as u32);
-        let new_kept = keep.is_some() && self.kept.is_none();
-        if new_kept {
+        if keep {
             // Kept from the first dump after the first: the first one
             // computes every stretch once and should cost no more than that.
-            // Every function of the stretch is in `loaded` this time.
             parts.clear();
             for &f in functions {
-                let at = loaded.binary_search_by_key(&(f as usize), |l| l.0).ok().map(|l| loaded[l].1);
+                let at = placed.binary_search_by_key(&(f as usize), |l| l.0).ok().map(|l| placed[l].1);
                 parts.push(coverage, at, file, self.lines, data);
             }
-            self.kept = Some(Box::new(Kept::new(parts, followed)));
-        }
-        let kept_now = new_kept || std::mem::take(&mut self.kept_now);
-        if let Some(kept) = &mut self.kept {
-            if !kept_now {
-                if !kept.update_loaded(coverage, functions, loaded, keep.unwrap_or_default()) {
-                    // A function ran elsewhere: these lines are the last
-                    // text's.
-                    return;
-                }
-                if text.is_some_and(|text| kept.write_over(text.da, text.brda)) {
-                    return;
-                }
-            }
+            let mut kept = Kept::new(parts, followed);
             kept.write(&mut data.segments, &mut fresh.da, &mut fresh.brda);
+            self.kept = Some(kept);
         } else {
-            // Every function of the stretch is in `loaded`.
             spans.clear();
             branches.clear();
-            for_loaded(functions, loaded, |_, at| {
+            for_loaded(functions, placed, |_, at| {
                 coverage.part_in_file_into(at, file, self.lines, spans, data);
                 placed_branches(coverage, data, branches, None);
             });
@@ -1346,6 +1431,41 @@ impl Stretch {
             write_lines(&mut fresh.da, &data.segments);
             write_placed_branches(&mut fresh.brda, branches.iter().collect());
         }
+        fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
+    }
+
+    /// As [`Self::compute`], of a stretch that keeps its parts, with those of
+    /// its `functions` that are `loaded` ((mapping index, position in
+    /// `tallies`), by mapping index) read again from `tallies`; `ran`: the
+    /// functions that ran (by mapping index, ascending); `text`: its lines
+    /// in the record's last text, when they can be written over there.
+    /// Nothing is written when no count of it changed.
+    #[allow(clippy::too_many_arguments)]
+    fn update_kept(
+        &mut self,
+        k: usize,
+        tallies: &Tallies,
+        functions: &[u32],
+        loaded: &[(usize, usize)],
+        ran: &[usize],
+        text: Option<StretchText<'_>>,
+        work: &mut Work<'_>,
+    ) {
+        let Some(kept) = &mut self.kept else { return };
+        let Work { data, fresh, .. } = work;
+        let (da_from, brda_from) = (fresh.da.len() as u32, fresh.brda.len() as u32);
+        // Its parts kept by this dump (see `LiveFile::unkept`) are as new.
+        if !kept.take_kept_now() {
+            if !kept.update_loaded(tallies, functions, loaded, ran) {
+                // A function ran elsewhere: these lines are the last
+                // text's.
+                return;
+            }
+            if text.is_some_and(|text| kept.write_over(text.da, text.brda)) {
+                return;
+            }
+        }
+        kept.write(&mut data.segments, &mut fresh.da, &mut fresh.brda);
         fresh.stretches.push((k, (da_from, fresh.da.len() as u32), (brda_from, fresh.brda.len() as u32)));
     }
 }
