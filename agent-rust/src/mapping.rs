@@ -180,16 +180,6 @@ impl FunctionMapping {
         }
     }
 
-    /// The bytes its body takes while decoded.
-    pub fn body_bytes(&self) -> usize {
-        self.body.as_ref().map_or(0, |b| {
-            std::mem::size_of::<Body>()
-                + b.regions.capacity() * std::mem::size_of::<Region>()
-                + b.expressions.capacity() * std::mem::size_of::<Expression>()
-                + b.mcdc.capacity() * std::mem::size_of::<McdcParameters>()
-        })
-    }
-
     /// A function of one file, decoded, for tests of what reads it.
     #[cfg(test)]
     pub(crate) fn decoded(body: Body) -> FunctionMapping {
@@ -347,6 +337,13 @@ pub enum McdcKind {
     Branch { id: i16, next: [i16; 2] },
 }
 
+/// The list of files of function `f` among a mapping's `lists` (see
+/// [`CoverageMapping::filenames`]): a free function, for where the
+/// mapping's functions are borrowed apart from its lists.
+fn list_of<'a>(lists: &'a [Box<[FileName]>], f: &FunctionMapping) -> &'a [FileName] {
+    lists.get(f.files as usize).map_or(&[], |list| list)
+}
+
 /// Facts about an object file that go with its mapping.
 #[derive(Debug, Clone, Default)]
 pub struct ObjectInfo {
@@ -399,13 +396,13 @@ impl CoverageMapping {
     /// The files of function `f` (one of this mapping's), indexed by a
     /// region's `file_id`.
     pub fn filenames(&self, f: &FunctionMapping) -> &[FileName] {
-        self.file_lists.get(f.files as usize).map_or(&[], |list| list)
+        list_of(&self.file_lists, f)
     }
 
     /// Keeps the functions some of whose files `keep` says to.
     pub fn retain_functions(&mut self, keep: impl Fn(&[FileName]) -> bool) {
         let lists = &self.file_lists;
-        self.functions.retain(|f| keep(lists.get(f.files as usize).map_or(&[], |list| list)));
+        self.functions.retain(|f| keep(list_of(lists, f)));
     }
 
     /// The name of function `f` (one of this mapping's) as the compiler
@@ -598,7 +595,7 @@ impl CoverageMapping {
             for _ in 0..num_files {
                 data.uleb()?;
             }
-            if num_files != self.file_lists.get(f.files as usize).map_or(0, |list| list.len()) {
+            if num_files != list_of(&self.file_lists, f).len() {
                 return Err(data.error("the record changed since it was read"));
             }
             f.body = Some(Box::new(decode_body(&mut data, num_files)?));

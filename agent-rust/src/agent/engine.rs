@@ -160,11 +160,11 @@ impl Decoded {
             Some(decoded) => mapping.release_some(&decoded),
             None => mapping.release_some(&(0..mapping.functions.len()).collect::<Vec<_>>()),
         }
-        let mut by_age: Vec<(u32, u32)> = self.bodies.keys().map(|&i| (self.ran_at[i as usize], i)).collect();
+        let mut by_age: Vec<(u32, u32, usize)> =
+            self.bodies.iter().map(|(&i, body)| (self.ran_at[i as usize], i, body.bytes())).collect();
         by_age.sort_unstable_by(|a, b| b.cmp(a));
         let mut bytes = 0;
-        for (ran_at, i) in by_age {
-            let size = self.bodies.get(&i).map_or(0, CountingBody::bytes);
+        for (ran_at, i, size) in by_age {
             if self.dump - ran_at <= STAY_DUMPS && bytes + size <= self.budget {
                 bytes += size;
             } else {
