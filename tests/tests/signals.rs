@@ -327,7 +327,10 @@ fn dumps_are_computed_at_the_programs_priority_and_periodic_reports_below_it() {
     let cov = dir.join("cov");
     let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
     let socket = cov.join("sockets").join(format!("{instance}.sock"));
+    // An LCOV dump is computed on the server's thread, a raw profile on a
+    // thread of its blocking pool.
     assert_eq!(unix_request(&socket, "GET", "/coverage", &[]).status, 200);
+    assert_eq!(unix_request(&socket, "GET", "/coverage?format=profraw", &[]).status, 200);
     let tasks = PathBuf::from(format!("/proc/{}/task", p.pid()));
     let nice_values = || -> BTreeMap<String, i32> {
         std::fs::read_dir(&tasks)

@@ -435,7 +435,19 @@ impl Agent {
 
     /// The engine, for a report, a reset or a snapshot.
     fn engine(&self) -> EngineAtWork<'_> {
-        let mut engine = lock(&self.engine);
+        self.at_work(lock(&self.engine))
+    }
+
+    /// [`Self::engine`], unless another thread has it.
+    fn try_engine(&self) -> Option<EngineAtWork<'_>> {
+        match self.engine.try_lock() {
+            Ok(engine) => Some(self.at_work(engine)),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(self.at_work(poisoned.into_inner())),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    fn at_work<'a>(&'a self, mut engine: MutexGuard<'a, Engine>) -> EngineAtWork<'a> {
         engine.scratch = self.config.scratch;
         EngineAtWork { engine, agent: self }
     }
@@ -669,6 +681,21 @@ impl Service for Handle {
                 Ok(Body { content_type: "application/gzip", bytes: bytes.into(), mapping: Some(id) })
             }
         }
+    }
+
+    /// An LCOV report, unless another thread has the engine. A first
+    /// report too: computed on the blocking pool, its records were left in
+    /// that thread's `malloc` arena and the next ones in this thread's,
+    /// both resident (on redis, 0.3 MiB more after 100 dumps).
+    fn coverage_at_once(&self, query: &CoverageQuery) -> Option<Result<Body, ApiError>> {
+        let agent = self.0;
+        if query.format != Format::Lcov || query.reset {
+            return None;
+        }
+        let options = agent.report_options(query.test.as_deref());
+        let mut engine = agent.try_engine()?;
+        let bytes = engine.lcov(&options, false).map_err(|e| ApiError { status: 500, message: e.to_string() });
+        Some(bytes.map(|bytes| Body { content_type: "text/plain; charset=utf-8", bytes, mapping: None }))
     }
 
     fn reset(&self) -> Result<(), ApiError> {
