@@ -12,7 +12,8 @@ use std::collections::hash_map::Entry;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::mapping::{Counter, CounterRef, CountingBody, CoverageMapping, Expression, ExpressionKind, FileName, Region, RegionKind};
+use crate::mapping::{Counter, CounterRef, CountingBody, CoverageMapping, Expression, ExpressionKind, FileName, FunctionMapping, Region, RegionKind};
+use crate::prefetch;
 use crate::profile::Lookup;
 
 /// Where counter values come from. The mapping refers to a function by the
@@ -541,13 +542,24 @@ impl Tallies {
         let mut tallies = Tallies { functions: Vec::with_capacity(functions.len()), counts: Vec::with_capacity(counts) };
         let mut provenance: FxHashSet<(&[FileName], u64)> = FxHashSet::default();
         let mut memo = Vec::new();
-        for &i in functions {
-            let (Some(f), Some(body)) = (mapping.functions.get(i), bodies(i)) else { continue };
-            let counts = match counters.lookup(i, f.name_ref, f.hash) {
-                Lookup::Found { counters, .. } => counters,
-                Lookup::HashMismatch => continue,
-                Lookup::Unknown => &[],
-            };
+        // Found first, all of them, and what they read asked for (see
+        // `crate::prefetch`).
+        let found: Vec<(usize, &FunctionMapping, &CountingBody, &[u64])> = functions
+            .iter()
+            .filter_map(|&i| {
+                let (f, body) = (mapping.functions.get(i)?, bodies(i)?);
+                let counts = match counters.lookup(i, f.name_ref, f.hash) {
+                    Lookup::Found { counters, .. } => counters,
+                    Lookup::HashMismatch => return None,
+                    Lookup::Unknown => &[],
+                };
+                prefetch::slice(&body.expressions);
+                prefetch::slice(&body.counters);
+                prefetch::slice(counts);
+                Some((i, f, body, counts))
+            })
+            .collect();
+        for (i, f, body, counts) in found {
             if body.empty || body.stub && counts.first().is_some_and(|&c| c > 0) {
                 continue;
             }

@@ -23,6 +23,7 @@ pub mod json_export;
 pub mod lcov;
 pub mod mapping;
 pub mod mcdc;
+mod prefetch;
 pub mod profile;
 
 #[cfg(feature = "agent")]

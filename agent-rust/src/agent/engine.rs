@@ -1070,6 +1070,11 @@ impl Engine {
         // several objects, whose duplicates are one only within one load
         // (see `Coverage::of_functions`), the changed ones and all those of
         // their stretches that keep no parts.
+        for (file, reach) in &touched {
+            if let Some(live) = self.last.files[*file as usize].live() {
+                live.prefetch(reach);
+            }
+        }
         let mut work = lcov::Work::default();
         let mut mask = Vec::new();
         let mut decode = Vec::new();

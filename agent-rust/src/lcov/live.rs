@@ -40,6 +40,7 @@ use super::{summed_branch_lines, write_fn_lines, write_lines, write_placed_branc
 use super::{write_summed_branches, BranchPath, PlacedBranch, Summary};
 use crate::coverage::{Coverage, CoverageData, LinePlan, Segment, Shape, ShapeWords, Span, Tallies, Tally, NO_SLOT};
 use crate::mapping::FileName;
+use crate::prefetch;
 
 /// One file's record, in parts, and its text. Functions are named by their
 /// index in the mapping.
@@ -1126,6 +1127,26 @@ impl LiveFile {
         needed.sort_unstable();
         needed.dedup();
         needed
+    }
+
+    /// Has the CPU fetch what [`Self::update`] first reads of the stretches
+    /// `reach` has (the header of their kept parts, the first bytes of
+    /// their lines in the text), ahead of it: the program evicts them from
+    /// the caches between dumps, and fetched one after another as the
+    /// update came to each, they took a sixth of the agent's time in a
+    /// warm dump of redis under traffic.
+    pub fn prefetch(&self, reach: &Reach) {
+        let text = self.text.as_ptr_range();
+        for &k in reach.stretches() {
+            let Some(stretch) = self.stretches.get(k) else { continue };
+            if let Some(kept) = &stretch.kept {
+                prefetch::slice(&kept.0);
+            }
+            let (da, brda) = self.line_starts(k);
+            for (from, to) in [(da, stretch.da_end), (brda, stretch.brda_end)] {
+                prefetch::bytes(text.start.wrapping_add(from as usize).min(text.end), to.saturating_sub(from) as usize);
+            }
+        }
     }
 
     /// Computes again what `reach` has, from the `tallies` of its changed
