@@ -50,6 +50,19 @@ impl Service for Fake {
         Ok(Body { content_type, bytes: format!("TN:{tn}\ncall={n}\nreset={}\nend_of_record\n", q.reset).into_bytes().into(), mapping: None })
     }
 
+    /// Queries of the tests `at-once` and `at-once-panic` only: the others
+    /// are asked of `coverage`, on the blocking pool.
+    fn coverage_at_once(&self, q: &CoverageQuery) -> Option<Result<Body, ApiError>> {
+        match q.test.as_deref() {
+            Some("at-once") => {}
+            Some("at-once-panic") => panic!("fake service panics at once"),
+            _ => return None,
+        }
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let thread = std::thread::current().name().unwrap_or_default().to_owned();
+        Some(Ok(Body { content_type: "text/plain; charset=utf-8", bytes: format!("at once on {thread}\n").into_bytes().into(), mapping: None }))
+    }
+
     fn reset(&self) -> Result<(), ApiError> {
         self.resets.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -448,6 +461,25 @@ fn single_flight() {
     let reset_bodies: Vec<_> = rs[..3].iter().map(Resp::text).collect();
     assert!(reset_bodies.iter().all(|t| t.contains("reset=true")));
     assert!(rs[3..].iter().all(|r| r.text().contains("reset=false")));
+}
+
+#[test]
+fn an_answer_at_once_is_computed_on_the_server_thread_and_the_others_on_the_blocking_pool() {
+    let f = Fixture::new(Fake::with_delay(0), None, Limits::default());
+    for addr in f.both() {
+        let r = get(&addr, "/coverage?test=at-once");
+        assert_eq!(r.check_common().status, 200);
+        assert_eq!(r.text(), "at once on livecov-agent\n");
+        let r = get(&addr, "/coverage?test=other");
+        assert_eq!(r.check_common().status, 200);
+        assert!(r.text().starts_with("TN:other\ncall="), "{}", r.text());
+    }
+    assert_eq!(f.fake.calls.load(Ordering::SeqCst), 4);
+    assert_eq!(f.fake.queries.lock().unwrap().len(), 2, "only the others reach `coverage`");
+    // A panic there is a 500 too, and the server goes on.
+    let r = get(&f.unix(), "/coverage?test=at-once-panic");
+    assert_eq!(r.check_common().status, 500);
+    assert_eq!(get(&f.unix(), "/coverage?test=at-once").text(), "at once on livecov-agent\n");
 }
 
 #[test]
