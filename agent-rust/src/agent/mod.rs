@@ -643,16 +643,19 @@ impl Drop for EngineAtWork<'_> {
 /// The API, served by `server`.
 struct Handle(&'static Agent);
 
+fn internal(e: crate::Error) -> ApiError {
+    ApiError { status: 500, message: e.to_string() }
+}
+
+fn lcov_body(bytes: server::Chunks) -> Body {
+    Body { content_type: "text/plain; charset=utf-8", bytes, mapping: None }
+}
+
 impl Service for Handle {
     fn coverage(&self, query: &CoverageQuery) -> Result<Body, ApiError> {
         let agent = self.0;
-        let internal = |e: crate::Error| ApiError { status: 500, message: e.to_string() };
         match query.format {
-            Format::Lcov => Ok(Body {
-                content_type: "text/plain; charset=utf-8",
-                bytes: agent.report(query.test.as_deref(), query.reset).map_err(internal)?,
-                mapping: None,
-            }),
+            Format::Lcov => agent.report(query.test.as_deref(), query.reset).map(lcov_body).map_err(internal),
             Format::Profraw => Ok(Body {
                 content_type: "application/octet-stream",
                 bytes: agent.engine().profraw(query.reset).map_err(internal)?.into(),
@@ -694,12 +697,11 @@ impl Service for Handle {
         }
         let options = agent.report_options(query.test.as_deref());
         let mut engine = agent.try_engine()?;
-        let bytes = engine.lcov(&options, false).map_err(|e| ApiError { status: 500, message: e.to_string() });
-        Some(bytes.map(|bytes| Body { content_type: "text/plain; charset=utf-8", bytes, mapping: None }))
+        Some(engine.lcov(&options, false).map(lcov_body).map_err(internal))
     }
 
     fn reset(&self) -> Result<(), ApiError> {
-        self.0.reset().map_err(|e| ApiError { status: 500, message: e.to_string() })
+        self.0.reset().map_err(internal)
     }
 
     fn health(&self) -> String {

@@ -1133,8 +1133,8 @@ impl LiveFile {
     /// `reach` has (the header of their kept parts, the first bytes of
     /// their lines in the text), ahead of it: the program evicts them from
     /// the caches between dumps, and fetched one after another as the
-    /// update came to each, they took a sixth of the agent's time in a
-    /// warm dump of redis under traffic.
+    /// update came to each, those first reads were most of the update's
+    /// time (a sixth of the agent's in a warm dump of redis under traffic).
     pub fn prefetch(&self, reach: &Reach) {
         let text = self.text.as_ptr_range();
         for &k in reach.stretches() {
