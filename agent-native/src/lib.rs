@@ -48,6 +48,7 @@ pub mod status {
 fn as_native(config: &mut Config) {
     config.runtime = "native";
     config.after_engine_work = Some(after_engine_work);
+    config.after_answers = Some(own_module::release_code_pages);
     config.at_rest = Some(at_rest);
     config.scratch = Some(scratch::set);
 }
@@ -394,17 +395,13 @@ fn autostart() {
 
 /// What the engine's work left resident and no longer uses, given back:
 /// the mappings the allocator kept for it (but those kept for the next
-/// dump), its free scratch memory, and after `whole` work (a first report:
-/// most of the agent's code runs once) the pages of the agent's code it
-/// ran. Not after every dump: a warm dump runs 1.4 MiB of that code on
-/// redis, and sending its report runs most of it again. That waits for
-/// [`at_rest`].
-fn after_engine_work(whole: bool) {
+/// dump) and its free scratch memory. The pages of the agent's code go
+/// once the answer is sent and its connection closed
+/// (`Config::after_answers`): sending a report runs most of the code a
+/// dump ran.
+fn after_engine_work() {
     allocator::release_kept(false);
     scratch::release();
-    if whole {
-        own_module::release_code_pages();
-    }
 }
 
 /// Once no dump came for a while: what was kept for the next dump's

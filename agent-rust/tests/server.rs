@@ -22,6 +22,8 @@ struct Fake {
     calls: AtomicUsize,
     resets: AtomicUsize,
     queries: Mutex<Vec<CoverageQuery>>,
+    /// Calls of `after_answers`, and the names of the threads they came on.
+    after_answers: Mutex<Vec<String>>,
 }
 
 impl Fake {
@@ -61,6 +63,11 @@ impl Service for Fake {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let thread = std::thread::current().name().unwrap_or_default().to_owned();
         Some(Ok(Body { content_type: "text/plain; charset=utf-8", bytes: format!("at once on {thread}\n").into_bytes().into(), mapping: None }))
+    }
+
+    fn after_answers(&self) {
+        let thread = std::thread::current().name().unwrap_or_default().to_owned();
+        self.after_answers.lock().unwrap().push(thread);
     }
 
     fn reset(&self) -> Result<(), ApiError> {
@@ -480,6 +487,46 @@ fn an_answer_at_once_is_computed_on_the_server_thread_and_the_others_on_the_bloc
     let r = get(&f.unix(), "/coverage?test=at-once-panic");
     assert_eq!(r.check_common().status, 500);
     assert_eq!(get(&f.unix(), "/coverage?test=at-once").text(), "at once on livecov-agent\n");
+}
+
+/// `after_answers` calls so far, once they are `n` (or 2 s passed).
+fn after_answers(fake: &Fake, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let calls = fake.after_answers.lock().unwrap().clone();
+        if calls.len() >= n || Instant::now() > deadline {
+            return calls;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn after_answers_comes_once_the_server_is_idle_with_no_connection_open() {
+    let f = Fixture::new(Fake::with_delay(0), None, Limits::default());
+    // Other routes are not answers that call for it.
+    assert_eq!(get(&f.unix(), "/health").status, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(f.fake.after_answers.lock().unwrap().is_empty());
+    // A dump, on the blocking pool or at once: once its connection ended,
+    // on the server's thread, once.
+    for (n, test) in [(1, "pool"), (2, "at-once")] {
+        assert_eq!(get(&f.unix(), &format!("/coverage?test={test}")).status, 200);
+        let calls = after_answers(&f.fake, n);
+        assert_eq!(calls.len(), n, "after a dump ({test})");
+        assert_eq!(calls[n - 1], "livecov-agent");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(f.fake.after_answers.lock().unwrap().len(), 2, "called again with nothing answered");
+    // A client that keeps its connection holds the call back until it
+    // closes it.
+    let mut kept = connect(&f.unix());
+    kept.write_all(b"GET /coverage?test=kept HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(read_one(&mut *kept).status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(f.fake.after_answers.lock().unwrap().len(), 2, "called with a connection open");
+    drop(kept);
+    assert_eq!(after_answers(&f.fake, 3).len(), 3, "after the kept connection closed");
 }
 
 #[test]

@@ -73,12 +73,14 @@ pub struct Config {
     /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
     pub runtime: &'static str,
     /// Called after each piece of work of the engine (a report, a reset,
-    /// a snapshot of the counters), by the thread that did it, with
-    /// whether the work read every function of the mapping (a first
-    /// report, one after a reset, an export): the C agent's allocator
-    /// gives back the freed memory it kept for the work's own use, and
-    /// after whole work the pages of the agent's code it ran.
-    pub after_engine_work: Option<fn(bool)>,
+    /// a snapshot of the counters), by the thread that did it: the C
+    /// agent's allocator gives back the freed memory it kept for the work's
+    /// own use.
+    pub after_engine_work: Option<fn()>,
+    /// Called by the server's thread when it goes idle, no connection
+    /// open, after answers to `/coverage` (see `Service::after_answers`):
+    /// the C agent gives back the pages of its code that they ran.
+    pub after_answers: Option<fn()>,
     /// Called by the agent's flush thread once the engine has done no work
     /// for [`super::REST_AFTER`] since it last worked: the C agent gives
     /// back what it keeps for the speed of dumps that follow each other
@@ -106,6 +108,7 @@ impl Default for Config {
             socket_mode: 0o600,
             runtime: "rust",
             after_engine_work: None,
+            after_answers: None,
             at_rest: None,
             scratch: None,
         }

@@ -51,10 +51,6 @@ pub struct Engine {
     /// The ignore patterns of the first report: the mapping is read without
     /// the functions they leave out of every report.
     leave_out: Option<Vec<Regex>>,
-    /// Set when a piece of work read every function of the mapping (a
-    /// first report, one after a reset, an export), until
-    /// [`Self::take_whole_work`].
-    whole_work: bool,
     /// See `Config::scratch`; set by the agent.
     pub scratch: Option<fn(bool)>,
 }
@@ -665,11 +661,6 @@ impl Engine {
     }
 
     /// The instrumented modules, as last looked up.
-    /// Whether the work since the last call read every function.
-    pub fn take_whole_work(&mut self) -> bool {
-        std::mem::take(&mut self.whole_work)
-    }
-
     pub fn modules(&self) -> &[Module] {
         &self.modules
     }
@@ -778,7 +769,6 @@ impl Engine {
         }
 
         // Everything again: decode every record of a full snapshot.
-        self.whole_work = true;
         let snapshots = self.snapshot(Data::FromFiles)?;
         if reset {
             self.rebase(&snapshots);
@@ -1238,7 +1228,6 @@ impl Engine {
     /// llvm-cov lists every function: the agent's own, which run at every
     /// dump, would make no two answers alike). Computed whole each time.
     pub fn llvm_json(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Vec<u8>> {
-        self.whole_work = true;
         let snapshots = self.snapshot(Data::FromFiles)?;
         let mut mapping = CoverageMapping::new().leaving_out(options.ignore);
         let mut counters = Counters::new();

@@ -634,7 +634,7 @@ impl std::ops::DerefMut for EngineAtWork<'_> {
 impl Drop for EngineAtWork<'_> {
     fn drop(&mut self) {
         if let Some(after) = self.agent.config.after_engine_work {
-            after(self.engine.take_whole_work());
+            after();
         }
         self.agent.worked();
     }
@@ -702,6 +702,12 @@ impl Service for Handle {
 
     fn reset(&self) -> Result<(), ApiError> {
         self.0.reset().map_err(internal)
+    }
+
+    fn after_answers(&self) {
+        if let Some(after) = self.0.config.after_answers {
+            after();
+        }
     }
 
     fn health(&self) -> String {

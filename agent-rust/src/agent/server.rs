@@ -71,7 +71,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -244,7 +244,7 @@ impl hyper::body::Body for ResponseBody {
 impl From<Chunks> for ResponseBody {
     fn from(chunks: Chunks) -> ResponseBody {
         let remaining = chunks.0.iter().map(|b| b.len()).sum();
-        ResponseBody((remaining > 0).then(|| ChunksBuf { chunks: chunks.0.into(), remaining }))
+        ResponseBody((remaining > 0).then(|| ChunksBuf { chunks: chunks.0.into(), remaining, answered: None }))
     }
 }
 
@@ -259,6 +259,17 @@ struct ChunksBuf {
     /// None empty.
     chunks: std::collections::VecDeque<Bytes>,
     remaining: usize,
+    /// Set once hyper drops the buffer, which it does as soon as its last
+    /// bytes are written (see [`Service::after_answers`]).
+    answered: Option<Arc<AtomicBool>>,
+}
+
+impl Drop for ChunksBuf {
+    fn drop(&mut self) {
+        if let Some(answered) = &self.answered {
+            answered.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Buf for ChunksBuf {
@@ -342,6 +353,12 @@ pub trait Service: Send + Sync + 'static {
     fn coverage_at_once(&self, _query: &CoverageQuery) -> Option<Result<Body, ApiError>> {
         None
     }
+    /// Called on the server's thread when it goes idle with no connection
+    /// open, once a `/coverage` answer was sent since the last call: for
+    /// work that would delay answers if done sooner. Ending a connection
+    /// runs code too (reading its end, dropping its state), and a client
+    /// that keeps its connection delays the call until it closes it.
+    fn after_answers(&self) {}
     /// Resets the counters (`POST /reset`).
     fn reset(&self) -> Result<(), ApiError>;
     /// The `GET /health` JSON document.
@@ -478,12 +495,15 @@ impl Server {
             None => (None, None),
         };
         let token = listen.token.filter(|t| !t.is_empty()).map(String::into_bytes);
+        let limits = limits.sanitized();
         let ctx = Arc::new(Ctx {
             service,
             instance,
             token,
             flights: Arc::new(Mutex::new(HashMap::new())),
-            limits: limits.sanitized(),
+            permits: Arc::new(Semaphore::new(limits.max_connections)),
+            limits,
+            answered: Arc::new(AtomicBool::new(false)),
         });
         let started = spawn(ctx, unix, tcp);
         match started {
@@ -544,6 +564,10 @@ fn spawn(
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .thread_name("livecov-agent-blocking")
         .on_thread_start(super::threads::ask_for_short_slices)
+        .on_thread_park({
+            let ctx = ctx.clone();
+            move || ctx.before_idle()
+        })
         .build()?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
@@ -689,6 +713,22 @@ struct Ctx {
     token: Option<Vec<u8>>,
     flights: Flights,
     limits: Limits,
+    /// One per connection open (at most `limits.max_connections`).
+    permits: Arc<Semaphore>,
+    /// A `/coverage` answer was sent since the last
+    /// [`Service::after_answers`].
+    answered: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    /// Before the server's thread waits for work: the service's
+    /// [`Service::after_answers`], if due.
+    fn before_idle(&self) {
+        let open = self.limits.max_connections - self.permits.available_permits();
+        if open == 0 && self.answered.swap(false, Ordering::Relaxed) {
+            let _ = catch_unwind(AssertUnwindSafe(|| self.service.after_answers()));
+        }
+    }
 }
 
 async fn serve(
@@ -698,7 +738,7 @@ async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let max = ctx.limits.max_connections;
-    let permits = Arc::new(Semaphore::new(max));
+    let permits = ctx.permits.clone();
 
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -842,6 +882,9 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
         "/coverage" => match parse_query(req.uri().query()) {
             Ok(q) => coverage(&ctx, q).await.map(|(ct, bytes, mapping)| {
                 let mut r = ok(StatusCode::OK, ct, bytes);
+                if let Some(body) = &mut r.body_mut().0 {
+                    body.answered = Some(ctx.answered.clone());
+                }
                 if let Some(v) = mapping.and_then(|m| HeaderValue::from_str(&m).ok()) {
                     r.headers_mut().insert(MAPPING_HEADER, v);
                 }
