@@ -333,8 +333,10 @@ impl std::error::Error for ApiError {}
 /// What the server serves; the agent core implements it.
 ///
 /// Every method is called on a thread of tokio's blocking pool (never on a
-/// host thread), but [`Self::coverage_at_once`], called on the server's
-/// runtime thread; all under `catch_unwind`: a panic becomes a `500`.
+/// host thread), but [`Self::coverage_at_once`] and
+/// [`Self::after_answers`], called on the server's runtime thread; all
+/// under `catch_unwind`: a panic becomes a `500` (or, after answers, is
+/// let go).
 pub trait Service: Send + Sync + 'static {
     /// Blocking: called on a blocking thread (`tokio::task::spawn_blocking`),
     /// may take long. Concurrent identical queries without `reset` are
