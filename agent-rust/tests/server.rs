@@ -22,7 +22,9 @@ struct Fake {
     calls: AtomicUsize,
     resets: AtomicUsize,
     queries: Mutex<Vec<CoverageQuery>>,
-    /// Calls of `after_answers`, and the names of the threads they came on.
+    /// Calls of `answer_sent` and of `after_answers`: the names of the
+    /// threads they came on.
+    answers_sent: Mutex<Vec<String>>,
     after_answers: Mutex<Vec<String>>,
 }
 
@@ -63,6 +65,11 @@ impl Service for Fake {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let thread = std::thread::current().name().unwrap_or_default().to_owned();
         Some(Ok(Body { content_type: "text/plain; charset=utf-8", bytes: format!("at once on {thread}\n").into_bytes().into(), mapping: None }))
+    }
+
+    fn answer_sent(&self) {
+        let thread = std::thread::current().name().unwrap_or_default().to_owned();
+        self.answers_sent.lock().unwrap().push(thread);
     }
 
     fn after_answers(&self) {
@@ -491,9 +498,14 @@ fn an_answer_at_once_is_computed_on_the_server_thread_and_the_others_on_the_bloc
 
 /// `after_answers` calls so far, once they are `n` (or 2 s passed).
 fn after_answers(fake: &Fake, n: usize) -> Vec<String> {
+    calls(&fake.after_answers, n)
+}
+
+/// The `calls` so far, once they are `n` (or 2 s passed).
+fn calls(calls: &Mutex<Vec<String>>, n: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let calls = fake.after_answers.lock().unwrap().clone();
+        let calls = calls.lock().unwrap().clone();
         if calls.len() >= n || Instant::now() > deadline {
             return calls;
         }
@@ -527,6 +539,30 @@ fn after_answers_comes_once_the_server_is_idle_with_no_connection_open() {
     assert_eq!(f.fake.after_answers.lock().unwrap().len(), 2, "called with a connection open");
     drop(kept);
     assert_eq!(after_answers(&f.fake, 3).len(), 3, "after the kept connection closed");
+}
+
+#[test]
+fn answer_sent_comes_after_each_answer_with_its_connection_open() {
+    let f = Fixture::new(Fake::with_delay(0), None, Limits::default());
+    assert_eq!(get(&f.unix(), "/health").status, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(f.fake.answers_sent.lock().unwrap().is_empty(), "after /health");
+    // Each answer, from the blocking pool, at once, or an error, once it is
+    // sent, on the server's thread, whether the connection stays or not.
+    let mut kept = connect(&f.unix());
+    for (n, test, status) in [(1, "pool", 200), (2, "at-once", 200), (3, "fail", 422)] {
+        kept.write_all(format!("GET /coverage?test={test} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        assert_eq!(read_one(&mut *kept).status, status, "{test}");
+        let sent = calls(&f.fake.answers_sent, n);
+        assert_eq!(sent.len(), n, "after the answer ({test})");
+        assert_eq!(sent[n - 1], "livecov-agent");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(f.fake.answers_sent.lock().unwrap().len(), 3, "called again with nothing answered");
+    assert!(f.fake.after_answers.lock().unwrap().is_empty(), "after_answers with a connection open");
+    drop(kept);
+    assert_eq!(after_answers(&f.fake, 1).len(), 1, "after the connection closed");
+    assert_eq!(f.fake.answers_sent.lock().unwrap().len(), 3);
 }
 
 #[test]

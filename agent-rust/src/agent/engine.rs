@@ -718,19 +718,13 @@ impl Engine {
         }
     }
 
-    /// The LCOV report of the counts since start (or the last reset).
-    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
-        let report = self.lcov_now(options, reset);
-        self.release_pages();
-        report
-    }
-
-    /// Gives the pages of the objects' files that a report read back to
-    /// the kernel. They are the files' own (read-only, shared with the page
-    /// cache): the next report reads again the few it needs (of the functions
-    /// that ran), where they would otherwise stay resident in the process,
-    /// most of `__llvm_covfun` after the first report.
-    fn release_pages(&self) {
+    /// Gives the pages of the objects' files that the work read back to
+    /// the kernel (called once it is done). They are the files' own
+    /// (read-only, shared with the page cache): the next report reads again
+    /// the few it needs (of the functions that ran), where they would
+    /// otherwise stay resident in the process, most of `__llvm_covfun`
+    /// after the first report.
+    pub fn release_file_pages(&self) {
         for (image, _) in &self.objects {
             // Safety: a read-only shared mapping of a file: a page given
             // back is read again from the file when touched, so what is
@@ -739,7 +733,8 @@ impl Engine {
         }
     }
 
-    fn lcov_now(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
+    /// The LCOV report of the counts since start (or the last reset).
+    pub fn lcov(&mut self, options: &ReportOptions<'_>, reset: bool) -> Result<Chunks> {
         if self.leave_out.is_none() {
             self.leave_out = Some(options.ignore.to_vec());
             // A mapping read before (for a raw profile) has every function.

@@ -61,6 +61,9 @@ pub struct Agent {
     /// When the engine last worked (milliseconds since `clock`, plus one),
     /// or 0 once the agent has rested since (see `Config::at_rest`).
     worked_at: AtomicU64,
+    /// Work whose answer the server sends left memory to give back once it
+    /// is sent (see [`Agent::engine_to_answer`]).
+    release_due: AtomicBool,
 }
 
 /// How long the engine is left without work before `Config::at_rest`:
@@ -192,6 +195,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         flush_thread: Mutex::new(None),
         ready: (Mutex::new(false), std::sync::Condvar::new()),
         worked_at: AtomicU64::new(0),
+        release_due: AtomicBool::new(false),
     }));
     if AGENT
         .compare_exchange(std::ptr::null_mut(), agent as *const Agent as *mut Agent, Ordering::AcqRel, Ordering::Acquire)
@@ -435,21 +439,45 @@ impl Agent {
 
     /// The engine, for a report, a reset or a snapshot.
     fn engine(&self) -> EngineAtWork<'_> {
-        self.at_work(lock(&self.engine))
+        self.at_work(lock(&self.engine), false)
     }
 
-    /// [`Self::engine`], unless another thread has it.
-    fn try_engine(&self) -> Option<EngineAtWork<'_>> {
-        match self.engine.try_lock() {
-            Ok(engine) => Some(self.at_work(engine)),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(self.at_work(poisoned.into_inner())),
-            Err(std::sync::TryLockError::WouldBlock) => None,
+    /// [`Self::engine`] for work whose result the server sends: what the
+    /// work leaves to give back is given back once the answer is sent
+    /// ([`Self::release_if_due`]). Unmapping and dropping pages ahead of
+    /// it took 0.1 ms of a dump's 2.4 on redis under traffic.
+    fn engine_to_answer(&self) -> EngineAtWork<'_> {
+        self.at_work(lock(&self.engine), true)
+    }
+
+    /// [`Self::engine_to_answer`], unless another thread has the engine.
+    fn try_engine_to_answer(&self) -> Option<EngineAtWork<'_>> {
+        Some(self.at_work(try_lock(&self.engine)?, true))
+    }
+
+    fn at_work<'a>(&'a self, mut engine: MutexGuard<'a, Engine>, answered: bool) -> EngineAtWork<'a> {
+        engine.scratch = self.config.scratch;
+        EngineAtWork { engine, agent: self, answered }
+    }
+
+    /// Gives back what the engine's work left and no longer uses: the
+    /// pages of the files it read, and (`Config::after_engine_work`) the
+    /// memory the C agent's allocator kept for it.
+    fn after_work(&self, engine: &Engine) {
+        engine.release_file_pages();
+        if let Some(after) = self.config.after_engine_work {
+            after();
         }
     }
 
-    fn at_work<'a>(&'a self, mut engine: MutexGuard<'a, Engine>) -> EngineAtWork<'a> {
-        engine.scratch = self.config.scratch;
-        EngineAtWork { engine, agent: self }
+    /// [`Self::after_work`] of work whose answer is sent, if not done yet.
+    /// When another thread has the engine, its work does it when done.
+    fn release_if_due(&self) {
+        if self.release_due.swap(false, Ordering::AcqRel) {
+            if let Some(engine) = try_lock(&self.engine) {
+                self.after_work(&engine);
+            }
+        }
     }
 
     /// The engine has worked: the flush thread is to rest the agent later
@@ -482,6 +510,8 @@ impl Agent {
         if Instant::now() >= due
             && self.worked_at.compare_exchange(worked_at, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
         {
+            // An answer that never went out (its client gone) left it due.
+            self.release_if_due();
             rest();
         }
     }
@@ -610,12 +640,13 @@ impl Agent {
     }
 }
 
-/// The engine locked for some work; when it is let go,
-/// `Config::after_engine_work` runs (the lock still held: no other work
-/// has begun).
+/// The engine locked for some work; when it is let go, what the work
+/// left is given back ([`Agent::after_work`], the lock still held: no
+/// other work has begun), or once its answer is sent when it has one.
 struct EngineAtWork<'a> {
     engine: MutexGuard<'a, Engine>,
     agent: &'a Agent,
+    answered: bool,
 }
 
 impl std::ops::Deref for EngineAtWork<'_> {
@@ -633,8 +664,10 @@ impl std::ops::DerefMut for EngineAtWork<'_> {
 
 impl Drop for EngineAtWork<'_> {
     fn drop(&mut self) {
-        if let Some(after) = self.agent.config.after_engine_work {
-            after();
+        if self.answered {
+            self.agent.release_due.store(true, Ordering::Release);
+        } else {
+            self.agent.after_work(&self.engine);
         }
         self.agent.worked();
     }
@@ -654,27 +687,28 @@ fn lcov_body(bytes: server::Chunks) -> Body {
 impl Service for Handle {
     fn coverage(&self, query: &CoverageQuery) -> Result<Body, ApiError> {
         let agent = self.0;
+        let report = || agent.engine_to_answer().lcov(&agent.report_options(query.test.as_deref()), query.reset);
         match query.format {
-            Format::Lcov => agent.report(query.test.as_deref(), query.reset).map(lcov_body).map_err(internal),
+            Format::Lcov => report().map(lcov_body).map_err(internal),
             Format::Profraw => Ok(Body {
                 content_type: "application/octet-stream",
-                bytes: agent.engine().profraw(query.reset).map_err(internal)?.into(),
+                bytes: agent.engine_to_answer().profraw(query.reset).map_err(internal)?.into(),
                 mapping: None,
             }),
             Format::Json => {
-                let lcov = agent.report(query.test.as_deref(), query.reset).map_err(internal)?;
+                let lcov = report().map_err(internal)?;
                 let lcov = lcov.text();
                 let bytes = summary_json(&lcov, serde_json::Map::new()).into_bytes();
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }
             Format::LlvmJson => {
                 let options = agent.report_options(query.test.as_deref());
-                let bytes = agent.engine().llvm_json(&options, query.reset).map_err(internal)?;
+                let bytes = agent.engine_to_answer().llvm_json(&options, query.reset).map_err(internal)?;
                 Ok(Body { content_type: "application/json", bytes: bytes.into(), mapping: None })
             }
             Format::Counters | Format::Mapping => {
                 let settings = agent.report_settings();
-                let mut engine = agent.engine();
+                let mut engine = agent.engine_to_answer();
                 let (bytes, id) = if query.format == Format::Counters {
                     engine.counters(query.reset, &settings)
                 } else {
@@ -696,12 +730,16 @@ impl Service for Handle {
             return None;
         }
         let options = agent.report_options(query.test.as_deref());
-        let mut engine = agent.try_engine()?;
+        let mut engine = agent.try_engine_to_answer()?;
         Some(engine.lcov(&options, false).map(lcov_body).map_err(internal))
     }
 
     fn reset(&self) -> Result<(), ApiError> {
         self.0.reset().map_err(internal)
+    }
+
+    fn answer_sent(&self) {
+        self.0.release_if_due();
     }
 
     fn after_answers(&self) {
@@ -766,6 +804,15 @@ fn hex(bytes: &[u8]) -> String {
 /// into an error): the data is still usable.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// [`lock`], unless another thread has it.
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
 }
 
 /// Before a fork, in the parent: makes sure the counter sections the child

@@ -333,7 +333,7 @@ impl std::error::Error for ApiError {}
 /// What the server serves; the agent core implements it.
 ///
 /// Every method is called on a thread of tokio's blocking pool (never on a
-/// host thread), but [`Self::coverage_at_once`] and
+/// host thread), but [`Self::coverage_at_once`], [`Self::answer_sent`] and
 /// [`Self::after_answers`], called on the server's runtime thread; all
 /// under `catch_unwind`: a panic becomes a `500` (or, after answers, is
 /// let go).
@@ -355,6 +355,11 @@ pub trait Service: Send + Sync + 'static {
     fn coverage_at_once(&self, _query: &CoverageQuery) -> Option<Result<Body, ApiError>> {
         None
     }
+    /// Called on the server's thread when it is about to wait, once a
+    /// `/coverage` answer was sent (or given up) since the last call: for
+    /// work that would delay the answer if done before it, and that the
+    /// rest of its connection does not undo.
+    fn answer_sent(&self) {}
     /// Called on the server's thread when it goes idle with no connection
     /// open, once a `/coverage` answer was sent since the last call: for
     /// work that would delay answers if done sooner. Ending a connection
@@ -506,6 +511,7 @@ impl Server {
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
             answered: Arc::new(AtomicBool::new(false)),
+            answered_since_idle: AtomicBool::new(false),
         });
         let started = spawn(ctx, unix, tcp);
         match started {
@@ -718,16 +724,22 @@ struct Ctx {
     /// One per connection open (at most `limits.max_connections`).
     permits: Arc<Semaphore>,
     /// A `/coverage` answer was sent since the last
-    /// [`Service::after_answers`].
+    /// [`Service::answer_sent`].
     answered: Arc<AtomicBool>,
+    /// One was since the last [`Service::after_answers`].
+    answered_since_idle: AtomicBool,
 }
 
 impl Ctx {
     /// Before the server's thread waits for work: the service's
-    /// [`Service::after_answers`], if due.
+    /// [`Service::answer_sent`] and [`Service::after_answers`], if due.
     fn before_idle(&self) {
+        if self.answered.swap(false, Ordering::Relaxed) {
+            let _ = catch_unwind(AssertUnwindSafe(|| self.service.answer_sent()));
+            self.answered_since_idle.store(true, Ordering::Relaxed);
+        }
         let open = self.limits.max_connections - self.permits.available_permits();
-        if open == 0 && self.answered.swap(false, Ordering::Relaxed) {
+        if open == 0 && self.answered_since_idle.swap(false, Ordering::Relaxed) {
             let _ = catch_unwind(AssertUnwindSafe(|| self.service.after_answers()));
         }
     }
@@ -882,16 +894,27 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
     }
     let result = match path {
         "/coverage" => match parse_query(req.uri().query()) {
-            Ok(q) => coverage(&ctx, q).await.map(|(ct, bytes, mapping)| {
-                let mut r = ok(StatusCode::OK, ct, bytes);
-                if let Some(body) = &mut r.body_mut().0 {
-                    body.answered = Some(ctx.answered.clone());
+            Ok(q) => {
+                let outcome = coverage(&ctx, q).await;
+                let mut answered = Some(ctx.answered.clone());
+                let result = outcome.map(|(ct, bytes, mapping)| {
+                    let mut r = ok(StatusCode::OK, ct, bytes);
+                    // A body is written in parts: it tells when its last
+                    // bytes are.
+                    if let Some(body) = &mut r.body_mut().0 {
+                        body.answered = answered.take();
+                    }
+                    if let Some(v) = mapping.and_then(|m| HeaderValue::from_str(&m).ok()) {
+                        r.headers_mut().insert(MAPPING_HEADER, v);
+                    }
+                    r
+                });
+                // An error or an empty body goes in one write.
+                if let Some(answered) = answered {
+                    answered.store(true, Ordering::Relaxed);
                 }
-                if let Some(v) = mapping.and_then(|m| HeaderValue::from_str(&m).ok()) {
-                    r.headers_mut().insert(MAPPING_HEADER, v);
-                }
-                r
-            }),
+                result
+            }
             Err(e) => Err(e),
         },
         "/health" => {
