@@ -929,13 +929,19 @@ fn only_the_c_api_is_exported_and_the_library_is_small() {
 /// The resident and mapped KiB of the code segments (`r-xp`) of `so` in
 /// process `pid`, from its smaps.
 fn resident_code(pid: u32, so: &Path) -> (u64, u64) {
+    resident_mappings(pid, so, "r-xp")
+}
+
+/// The resident and mapped KiB of the mappings of `file` with `perms` in
+/// process `pid`, from its smaps.
+fn resident_mappings(pid: u32, file: &Path, perms: &str) -> (u64, u64) {
     let smaps = read(Path::new(&format!("/proc/{pid}/smaps")));
-    let so = so.canonicalize().expect("the library's path");
+    let file = file.canonicalize().expect("the file's path");
     let (mut code, mut rss, mut size) = (false, 0, 0);
     for line in smaps.lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if fields.first().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
-            code = fields.get(1) == Some(&"r-xp") && fields.get(5).map(Path::new) == Some(so.as_path());
+            code = fields.get(1) == Some(&perms) && fields.get(5).map(Path::new) == Some(file.as_path());
         } else if code {
             let kib = || fields.get(1).and_then(|v| v.parse::<u64>().ok()).expect("a size in kB");
             match fields.first() {
@@ -1002,6 +1008,59 @@ fn the_agents_code_is_given_back_after_its_start_and_after_each_dump() {
     assert!(rested * 5 <= size, "{rested} KiB of the agent's {size} KiB of code stayed resident at rest");
     s.send("fib 21");
     assert_eq!(function_count(&s.lcov(), "work.c", "work_fib"), 2, "a dump after the rest counts as before");
+}
+
+#[test]
+fn the_binarys_pages_go_back_once_a_dump_is_sent_its_connection_still_open() {
+    let b = built(Toolchain::Clang19);
+    let mut s = Served::start("binary-pages", &b.app);
+    let pid = s.child.id();
+    s.send("fib 20");
+    // A client that keeps its connection (a collector's pool): the pages
+    // of the binary that the dump read (its coverage mapping, the records
+    // of its counters), through the agent's own shared mapping of the
+    // file, are let go once the answer is sent, not when the connection
+    // ends.
+    let mut kept = livecov_tests::http::connect_unix(&s.socket());
+    let first = get_keeping_the_connection(&mut kept, "/coverage");
+    let second = get_keeping_the_connection(&mut kept, "/coverage");
+    assert_eq!(function_count(&first, "work.c", "work_fib"), 1);
+    assert_eq!(first, second, "nothing ran between the dumps");
+    let (_, size) = resident_mappings(pid, &b.app, "r--s");
+    assert!(size > 0, "no shared mapping of {} in the program's smaps", b.app.display());
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let rss = loop {
+        let (rss, _) = resident_mappings(pid, &b.app, "r--s");
+        if rss == 0 || Instant::now() > deadline {
+            break rss;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(rss, 0, "{rss} KiB of the agent's {size} KiB mapping of the binary stayed resident, its connection open");
+    drop(kept);
+}
+
+/// `GET path` on a connection kept open: the body, read to its length.
+fn get_keeping_the_connection(s: &mut std::os::unix::net::UnixStream, path: &str) -> String {
+    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").expect("send");
+    let mut reader = BufReader::new(s);
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).expect("read a header") > 0, "the connection ended in the head");
+        if line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse::<usize>().ok();
+            }
+        }
+    }
+    let mut body = vec![0; length.expect("a content-length")];
+    reader.read_exact(&mut body).expect("read the body");
+    assert!(reader.buffer().is_empty(), "bytes past the body");
+    String::from_utf8(body).expect("UTF-8 LCOV")
 }
 
 #[test]
