@@ -395,8 +395,8 @@ fn autostart() {
 
 /// What the engine's work left resident and no longer uses, given back:
 /// the mappings the allocator kept for it (but those kept for the next
-/// dump) and its free scratch memory; for a dump, once its answer is sent
-/// (`Config::after_engine_work`). The pages of the agent's code go once
+/// dump) and its free scratch memory; for a warm dump, once its answer is
+/// sent (`Config::after_engine_work`). The pages of the agent's code go once
 /// the answer's connection is closed too (`Config::after_answers`):
 /// sending a report runs most of the code a dump ran.
 fn after_engine_work() {

@@ -73,11 +73,10 @@ pub struct Config {
     /// the metadata: `rust` for this crate, `native` for the C-ABI shim.
     pub runtime: &'static str,
     /// Called after each piece of work of the engine (a report, a reset,
-    /// a snapshot of the counters), by the thread that did it, or, for
-    /// work the server answers with, by the server's thread once the
-    /// answer is sent (see `Service::answer_sent`): the C agent's
-    /// allocator gives back the freed memory it kept for the work's own
-    /// use.
+    /// a snapshot of the counters), by the thread that did it, or, for a
+    /// warm dump, by the server's thread once its answer is sent (see
+    /// `Service::answer_sent`): the C agent's allocator gives back the
+    /// freed memory it kept for the work's own use.
     pub after_engine_work: Option<fn()>,
     /// Called by the server's thread when it goes idle, no connection
     /// open, after answers to `/coverage` (see `Service::after_answers`):

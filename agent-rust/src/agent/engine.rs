@@ -53,6 +53,9 @@ pub struct Engine {
     leave_out: Option<Vec<Regex>>,
     /// See `Config::scratch`; set by the agent.
     pub scratch: Option<fn(bool)>,
+    /// Whether the last LCOV report was computed from the one before (a
+    /// warm dump); false after other work. Cleared by the agent.
+    pub warm: bool,
 }
 
 /// What [`Engine::snapshot`] reads of the modules' data sections (see
@@ -755,6 +758,7 @@ impl Engine {
             && self.last.exact
             && self.last.written_with.as_ref().map(|w| w.1) == Some(options.demangle)
             && self.last.modules.len() == self.modules.len();
+        self.warm = incremental;
         if incremental {
             let changed = self.changed_since_last()?;
             if changed.is_empty() && self.last.written_with == written_with {
