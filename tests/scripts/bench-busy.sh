@@ -14,7 +14,9 @@
 #    traffic). p50 and p95 of each. Beside them, curl's floor: the same
 #    bytes (the held dump's, below) fetched as often from a trivial server
 #    (bench-common.sh's serve_file) while the same traffic runs against a
-#    server without the agent.
+#    server without the agent. Of both under traffic, the time to the
+#    first byte too (curl's time_starttransfer): what the transfer takes
+#    is the rest.
 # 2. The peer on the same snapshot: the server held still (`DEBUG SLEEP`),
 #    its `?format=profraw` before and after (they must be the same bytes),
 #    and between them one dump; then dumps of the held server, where
@@ -124,8 +126,11 @@ agent_cpu_ns() {
     done
     echo "$total"
 }
-dump() { # dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on stdout
-    curl -s --max-time 30 --unix-socket "${2:-$socket}" -o "$1" -w '%{time_total}\n' localhost/coverage | awk '{ printf "%.3f\n", $1 * 1000 }'
+# dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on
+# stdout; with first_byte set, the time to its first byte appended there.
+dump() {
+    curl -s --max-time 30 --unix-socket "${2:-$socket}" -o "$1" -w '%{time_total} %{time_starttransfer}\n' localhost/coverage |
+        awk -v first="${first_byte:-}" '{ printf "%.3f\n", $1 * 1000; if (first != "") printf "%.3f\n", $2 * 1000 >>first }'
 }
 # traffic SECONDS: redis-benchmark in a loop (-l), bounded by time.
 traffic() {
@@ -159,10 +164,11 @@ at_rss rss_1
 log "$dumps dumps under traffic, ${gap_ms} ms apart"
 cpu_before=$(agent_cpu_ns)
 : >"$work/t_busy"
+: >"$work/f_busy"
 n=1
 for _ in $(seq "$dumps"); do
     sleep_ms "$gap_ms"
-    dump /dev/null >>"$work/t_busy"
+    first_byte="$work/f_busy" dump /dev/null >>"$work/t_busy"
     n=$((n + 1))
     [ "$n" -eq 10 ] && at_rss rss_10
 done
@@ -225,7 +231,8 @@ traffic_start=$(now_ns)
 traffic 600
 serve_file "$cov/floor.sock" "$work/held.lcov"
 pids+=("$floor_pid")
-( sleep 1.5; floor_times "$cov/floor.sock" "$dumps" "$gap_ms" >"$work/t_floor" ) &
+: >"$work/f_floor"
+( sleep 1.5; floor_times "$cov/floor.sock" "$dumps" "$gap_ms" "$work/f_floor" >"$work/t_floor" ) &
 floor_loop=$!
 pids+=("$floor_loop")
 for point in agent 1 10 100 rest; do
@@ -285,7 +292,9 @@ echo "redis-benchmark (7 commands, 4 clients) running; dumps ${gap_ms} ms apart,
 echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the same snapshot, median of $runs; load after: $(load) on $(nproc) CPUs"
 printf "%-62s %10s %10s\n" "what" "p50" "p95"
 printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(p95 <"$work/t_busy")"
+printf "%-62s %10.2f %10.2f\n" "  to its first byte (the rest is the transfer), ms" "$(median <"$work/f_busy")" "$(p95 <"$work/f_busy")"
 printf "%-62s %10.2f %10.2f\n" "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
+printf "%-62s %10.2f %10.2f\n" "  to their first byte, ms" "$(median <"$work/f_floor")" "$(p95 <"$work/f_floor")"
 printf "%-62s %10.2f %10.2f\n" "dump with the timers only, ms ($dumps)" "$(median <"$work/t_timers")" "$(p95 <"$work/t_timers")"
 awk -v n="$cpu_busy" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic (mean, schedstat), ms", n / 1e6, "-" }'
 awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'
