@@ -37,7 +37,6 @@
 //! rounds of their own, never shared.
 
 use std::collections::{BTreeMap, HashMap};
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -51,10 +50,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use livecov::agent::connection::{authorized, idle_expired, next_connection, refuse, Accepted, BusyGuard, ConnState, Tracked};
+use hyper_util::rt::TokioTimer;
+use livecov::agent::connection::{self, authorized, Surface};
 use livecov::agent::server::{parse_query, Format, MAPPING_HEADER};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{self, CoverageQuery};
@@ -985,7 +983,6 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_HEADER_BYTES: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
-const STOP_GRACE: Duration = Duration::from_secs(2);
 
 struct Ctx {
     sidecar: Arc<Sidecar>,
@@ -998,86 +995,26 @@ async fn serve(
     ctx: Arc<Ctx>,
     unix: Option<tokio::net::UnixListener>,
     tcp: Option<tokio::net::TcpListener>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let max = ctx.max_connections.max(1);
-    let permits = Arc::new(Semaphore::new(max));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_headers(MAX_HEADERS)
         .max_buf_size((MAX_HEADER_BYTES + 1024).max(8192))
         .keep_alive(true);
-    let http = Arc::new(http);
-    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse(&stream, ctx.sidecar.instance().as_bytes());
-            continue;
-        };
-        let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            match stream {
-                Accepted::Unix(s) => connection(ctx, http, s, false, shutdown).await,
-                Accepted::Tcp(s) => {
-                    let _ = s.set_nodelay(true);
-                    connection(ctx, http, s, true, shutdown).await
-                }
-            }
-            drop(permit);
-        });
-    }
-    drop(unix);
-    drop(tcp);
-    let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
-}
-
-async fn connection<S>(
-    ctx: Arc<Ctx>,
-    http: Arc<hyper::server::conn::http1::Builder>,
-    stream: S,
-    tcp: bool,
-    mut shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let state = ConnState::new();
-    let io = TokioIo::new(Tracked::new(stream, state.clone()));
-    let svc_state = state.clone();
-    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let busy = BusyGuard::new(&svc_state);
-        let ctx = ctx.clone();
-        async move {
-            let instance = HeaderValue::from_str(ctx.sidecar.instance()).unwrap_or(HeaderValue::from_static("sidecar"));
-            // A panic in a handler becomes a 500, never a dead sidecar.
-            let handled = tokio::spawn(handle(ctx.clone(), tcp, req)).await;
-            let mut resp = handled.unwrap_or_else(|_| error(500, "internal error in the livecov sidecar"));
-            let h = resp.headers_mut();
-            h.insert("livecov-instance", instance);
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            drop(busy);
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    let conn = http.serve_connection(io, svc);
-    tokio::pin!(conn);
-    let mut deadline: Option<tokio::time::Instant> = None;
-    loop {
-        let grace = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = conn.as_mut() => break,
-            _ = idle_expired(&state, IDLE_TIMEOUT) => break,
-            _ = grace => break,
-            _ = shutdown.changed(), if deadline.is_none() => {
-                conn.as_mut().graceful_shutdown();
-                deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
-            }
-        }
-    }
+    let surface = Surface {
+        http,
+        permits: Arc::new(Semaphore::new(ctx.max_connections.max(1))),
+        instance: HeaderValue::from_str(ctx.sidecar.instance()).unwrap_or(HeaderValue::from_static("sidecar")),
+        idle_timeout: IDLE_TIMEOUT,
+    };
+    connection::serve(surface, unix, tcp, shutdown, move |req, tcp| {
+        // A panic in a handler becomes a 500, never a dead sidecar.
+        let handled = tokio::spawn(handle(ctx.clone(), tcp, req));
+        async move { handled.await.unwrap_or_else(|_| error(500, "internal error in the livecov sidecar")) }
+    })
+    .await
 }
 
 type Resp = Response<Full<Bytes>>;

@@ -1,8 +1,12 @@
-//! Connection plumbing shared by the agent's server and `livecov sidecar`:
-//! accepting on a Unix socket and TCP at once, refusing over the connection
-//! limit, idle detection per connection, the bearer-token check, and the
-//! address of a Unix socket deeper than a socket address holds.
+//! The HTTP surface shared by the agent's server and `livecov sidecar`:
+//! the loop that accepts on a Unix socket and TCP at once and serves each
+//! connection ([`serve`]), refusing over the connection limit, idle
+//! detection per connection, the bearer-token check, and the address of a
+//! Unix socket deeper than a socket address holds. Each side brings its
+//! own routes.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -11,8 +15,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use hyper::header::HeaderValue;
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{watch, Semaphore};
 
 /// The longest path a Unix socket address holds (108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
@@ -34,8 +42,119 @@ pub fn socket_address(path: &Path) -> io::Result<(PathBuf, Option<std::fs::File>
     Ok((short, Some(folder)))
 }
 
+/// The header of every response that names who answered it.
+pub const INSTANCE_HEADER: &str = "livecov-instance";
+
+/// How long open connections get to finish once the server is told to
+/// stop.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// What a server built on [`serve`] is.
+pub struct Surface {
+    pub http: hyper::server::conn::http1::Builder,
+    /// A permit per open connection, all free when [`serve`] starts; with
+    /// none left, a connection is refused (see [`refuse`]).
+    pub permits: Arc<Semaphore>,
+    /// The `Livecov-Instance` of every response.
+    pub instance: HeaderValue,
+    /// A connection with no request being answered and no byte moved for
+    /// this long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// Serves the connections of both listeners until `shutdown` changes,
+/// each request by `handle(request, over_tcp)`, which must not panic (each
+/// side catches its own: the agent where it polls, the sidecar in a task).
+/// Every response gets `Livecov-Instance` and `Cache-Control: no-store`.
+/// Once stopped, the listeners close at once and open connections finish
+/// their request within [`STOP_GRACE`].
+pub async fn serve<H, F, B>(
+    surface: Surface,
+    unix: Option<tokio::net::UnixListener>,
+    tcp: Option<tokio::net::TcpListener>,
+    mut shutdown: watch::Receiver<bool>,
+    handle: H,
+) where
+    H: Fn(Request<Incoming>, bool) -> F + Clone + Send + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let max = surface.permits.available_permits();
+    let surface = Arc::new(surface);
+    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
+        let Ok(permit) = surface.permits.clone().try_acquire_owned() else {
+            refuse(&stream, surface.instance.as_bytes());
+            continue;
+        };
+        let (surface, handle, shutdown) = (surface.clone(), handle.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            match stream {
+                Accepted::Unix(s) => connection(&surface, s, false, shutdown, handle).await,
+                Accepted::Tcp(s) => {
+                    let _ = s.set_nodelay(true);
+                    connection(&surface, s, true, shutdown, handle).await
+                }
+            }
+            drop(permit);
+        });
+    }
+    drop(unix);
+    drop(tcp);
+    let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), surface.permits.acquire_many(max as u32)).await;
+}
+
+async fn connection<S, H, F, B>(surface: &Surface, stream: S, tcp: bool, mut shutdown: watch::Receiver<bool>, handle: H)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>, bool) -> F + Send + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let state = ConnState::new();
+    let io = TokioIo::new(Tracked::new(stream, state.clone()));
+    let (svc_state, instance) = (state.clone(), surface.instance.clone());
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let busy = BusyGuard::new(&svc_state);
+        let answer = handle(req, tcp);
+        let instance = instance.clone();
+        async move {
+            let mut resp = answer.await;
+            let h = resp.headers_mut();
+            h.insert(INSTANCE_HEADER, instance);
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            drop(busy);
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = surface.http.serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let grace = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => break,
+            // Dropping the connection closes it.
+            _ = idle_expired(&state, surface.idle_timeout) => break,
+            _ = grace => break,
+            _ = shutdown.changed(), if deadline.is_none() => {
+                conn.as_mut().graceful_shutdown();
+                deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+            }
+        }
+    }
+}
+
 /// A connection from either listener.
-pub enum Accepted {
+enum Accepted {
     Unix(tokio::net::UnixStream),
     Tcp(tokio::net::TcpStream),
 }
@@ -43,7 +162,7 @@ pub enum Accepted {
 /// The next connection from either listener; `None` once `shutdown`
 /// changes. Failed accepts are skipped, after a pause when the failure is
 /// not about that one connection (EMFILE and the like: no spinning).
-pub async fn next_connection(
+async fn next_connection(
     unix: Option<&tokio::net::UnixListener>,
     tcp: Option<&tokio::net::TcpListener>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
@@ -68,7 +187,7 @@ pub async fn next_connection(
 
 /// Over the connection limit: a best-effort `503` in one non-blocking
 /// write; the caller then drops (closes) the stream.
-pub fn refuse(stream: &Accepted, instance: &[u8]) {
+fn refuse(stream: &Accepted, instance: &[u8]) {
     let body = br#"{"error":"too many connections"}"#;
     let mut msg = Vec::with_capacity(256);
     msg.extend_from_slice(b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nlivecov-instance: ");
@@ -120,7 +239,7 @@ async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::ne
 }
 
 /// Per-connection activity, for the idle timeout.
-pub struct ConnState {
+struct ConnState {
     start: Instant,
     /// Milliseconds since `start` of the last byte read or written.
     last_io: AtomicU64,
@@ -129,7 +248,7 @@ pub struct ConnState {
 }
 
 impl ConnState {
-    pub fn new() -> Arc<ConnState> {
+    fn new() -> Arc<ConnState> {
         Arc::new(ConnState { start: Instant::now(), last_io: AtomicU64::new(0), busy: AtomicUsize::new(0) })
     }
 
@@ -138,10 +257,10 @@ impl ConnState {
     }
 }
 
-pub struct BusyGuard(Arc<ConnState>);
+struct BusyGuard(Arc<ConnState>);
 
 impl BusyGuard {
-    pub fn new(state: &Arc<ConnState>) -> BusyGuard {
+    fn new(state: &Arc<ConnState>) -> BusyGuard {
         state.busy.fetch_add(1, Ordering::Relaxed);
         BusyGuard(state.clone())
     }
@@ -155,13 +274,13 @@ impl Drop for BusyGuard {
 }
 
 /// A stream that records when bytes last moved.
-pub struct Tracked<S> {
+struct Tracked<S> {
     inner: S,
     state: Arc<ConnState>,
 }
 
 impl<S> Tracked<S> {
-    pub fn new(inner: S, state: Arc<ConnState>) -> Self {
+    fn new(inner: S, state: Arc<ConnState>) -> Self {
         Tracked { inner, state }
     }
 }
@@ -213,7 +332,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 
 /// Resolves when the connection has been idle (no request being handled, no
 /// byte moved) for `idle`.
-pub async fn idle_expired(state: &ConnState, idle: Duration) {
+async fn idle_expired(state: &ConnState, idle: Duration) {
     loop {
         let now = state.start.elapsed();
         let last = Duration::from_millis(state.last_io.load(Ordering::Relaxed));

@@ -58,10 +58,7 @@
 //! counters get disjoint parts, and summing their reports counts nothing
 //! twice.
 
-use super::connection::{
-    authorized, idle_expired, next_connection, refuse, socket_address, Accepted, BusyGuard, ConnState, Tracked,
-    MAX_SOCKET_PATH,
-};
+use super::connection::{authorized, socket_address, Surface, MAX_SOCKET_PATH};
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -81,8 +78,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::{Buf, Bytes, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use hyper_util::rt::TokioTimer;
 use tokio::sync::{watch, Semaphore};
 
 /// The largest request body read (by `POST /reset`, which ignores it);
@@ -92,12 +88,6 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// Threads of the blocking pool that runs [`Service`] calls. More concurrent
 /// calls queue (each still bounded by [`Limits::request_timeout`]).
 pub const MAX_BLOCKING_THREADS: usize = 4;
-
-/// How long [`Server::stop`] lets in-flight requests finish.
-const STOP_GRACE: Duration = Duration::from_secs(2);
-
-/// Name of the header carried by every response.
-pub const INSTANCE_HEADER: &str = "livecov-instance";
 
 /// Name of the header naming the build mapping of `format=counters` and
 /// `format=mapping` answers (`crate::fleet`).
@@ -749,11 +739,8 @@ async fn serve(
     ctx: Arc<Ctx>,
     unix: Option<tokio::net::UnixListener>,
     tcp: Option<tokio::net::TcpListener>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let max = ctx.limits.max_connections;
-    let permits = ctx.permits.clone();
-
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(ctx.limits.header_read_timeout)
@@ -764,82 +751,17 @@ async fn serve(
         // `max_header_size` nor `max_headers`.
         .max_buf_size(ctx.limits.max_header_bytes.saturating_add(1024).max(8192))
         .keep_alive(true);
-    let http = Arc::new(http);
-
-    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse(&stream, ctx.instance.as_bytes());
-            continue;
-        };
-        let (ctx, http, shutdown) = (ctx.clone(), http.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            match stream {
-                Accepted::Unix(s) => connection(ctx, http, s, false, shutdown).await,
-                Accepted::Tcp(s) => {
-                    let _ = s.set_nodelay(true);
-                    connection(ctx, http, s, true, shutdown).await
-                }
-            }
-            drop(permit);
-        });
-    }
-    // Stop accepting: close the listeners now.
-    drop(unix);
-    drop(tcp);
-    // Connections got the signal too and finish within the grace period.
-    let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), permits.acquire_many(max as u32)).await;
-}
-
-async fn connection<S>(
-    ctx: Arc<Ctx>,
-    http: Arc<hyper::server::conn::http1::Builder>,
-    stream: S,
-    tcp: bool,
-    mut shutdown: watch::Receiver<bool>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let idle = ctx.limits.idle_timeout;
-    let state = ConnState::new();
-    let io = TokioIo::new(Tracked::new(stream, state.clone()));
-    let svc_state = state.clone();
-    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let busy = BusyGuard::new(&svc_state);
-        let ctx = ctx.clone();
-        async move {
-            let instance = ctx.instance.clone();
-            let mut resp = match (CatchUnwind { inner: Box::pin(handle(ctx, tcp, req)) }).await {
-                Ok(r) => r,
-                Err(()) => error(&ApiError::internal("internal error in the livecov agent")),
-            };
-            let h = resp.headers_mut();
-            h.insert(INSTANCE_HEADER, instance);
-            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-            drop(busy);
-            Ok::<_, Infallible>(resp)
-        }
-    });
-    let conn = http.serve_connection(io, svc);
-    tokio::pin!(conn);
-    let mut deadline: Option<tokio::time::Instant> = None;
-    loop {
-        let grace = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = conn.as_mut() => break,
-            // Dropping the connection closes it.
-            _ = idle_expired(&state, idle) => break,
-            _ = grace => break,
-            _ = shutdown.changed(), if deadline.is_none() => {
-                conn.as_mut().graceful_shutdown();
-                deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
-            }
-        }
-    }
+    let surface = Surface {
+        http,
+        permits: ctx.permits.clone(),
+        instance: ctx.instance.clone(),
+        idle_timeout: ctx.limits.idle_timeout,
+    };
+    super::connection::serve(surface, unix, tcp, shutdown, move |req, tcp| {
+        let answer = CatchUnwind { inner: Box::pin(handle(ctx.clone(), tcp, req)) };
+        async move { answer.await.unwrap_or_else(|()| error(&ApiError::internal("internal error in the livecov agent"))) }
+    })
+    .await
 }
 
 /// Runs a future, turning a panic while polling it into `Err(())`.
