@@ -43,17 +43,17 @@ pub fn socket_address(path: &Path) -> io::Result<(PathBuf, Option<std::fs::File>
 }
 
 /// The header of every response that names who answered it.
-pub const INSTANCE_HEADER: &str = "livecov-instance";
+const INSTANCE_HEADER: &str = "livecov-instance";
 
 /// How long open connections get to finish once the server is told to
 /// stop.
-pub const STOP_GRACE: Duration = Duration::from_secs(2);
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// What a server built on [`serve`] is.
 pub struct Surface {
     pub http: hyper::server::conn::http1::Builder,
     /// A permit per open connection, all free when [`serve`] starts; with
-    /// none left, a connection is refused (see [`refuse`]).
+    /// none left, a connection is answered `503` and closed.
     pub permits: Arc<Semaphore>,
     /// The `Livecov-Instance` of every response.
     pub instance: HeaderValue,
@@ -67,7 +67,7 @@ pub struct Surface {
 /// side catches its own: the agent where it polls, the sidecar in a task).
 /// Every response gets `Livecov-Instance` and `Cache-Control: no-store`.
 /// Once stopped, the listeners close at once and open connections finish
-/// their request within [`STOP_GRACE`].
+/// their request within `STOP_GRACE`.
 pub async fn serve<H, F, B>(
     surface: Surface,
     unix: Option<tokio::net::UnixListener>,
