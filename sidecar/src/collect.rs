@@ -433,9 +433,9 @@ async fn collect(args: Args) -> Result<()> {
         "sources_failed": sources_failed,
         "totals": {
             "records": totals.records,
-            "lines": totals.lines, "lines_hit": totals.lines_hit,
-            "functions": totals.functions, "functions_hit": totals.functions_hit,
-            "branches": totals.branches, "branches_hit": totals.branches_hit,
+            "lines": totals.summary.lines, "lines_hit": totals.summary.lines_hit,
+            "functions": totals.summary.functions, "functions_hit": totals.summary.functions_hit,
+            "branches": totals.summary.branches, "branches_hit": totals.summary.branches_hit,
         },
         "sources": found.sources.iter().map(source_json).collect::<Vec<_>>(),
         "reset_errors": reset_errors,
@@ -446,16 +446,11 @@ async fn collect(args: Args) -> Result<()> {
     write_output(Some(&args.output.join("manifest.json")), text.as_bytes())?;
 
     eprintln!(
-        "livecov: collected {} instance(s) from {} target(s) into {}: lines {}/{}, functions {}/{}, branches {}/{}{}",
+        "livecov: collected {} instance(s) from {} target(s) into {}: {}{}",
         texts.len() + exact.len(),
         rows.len(),
         args.output.display(),
-        totals.lines_hit,
-        totals.lines,
-        totals.functions_hit,
-        totals.functions,
-        totals.branches_hit,
-        totals.branches,
+        totals.summary,
         [(failed, "target(s) failed"), (lost, "instance(s) lost: ended without a final report")]
             .iter()
             .filter(|(n, _)| *n > 0)

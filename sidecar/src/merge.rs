@@ -77,18 +77,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Totals over a merged report, as its `LF`/`LH`, `FNF`/`FNH` and
-/// `BRF`/`BRH` records add up.
+/// Totals over a merged report: its records and their summaries added up,
+/// as its `LF`/`LH`, `FNF`/`FNH` and `BRF`/`BRH` lines are.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Totals {
     /// Records, i.e. distinct (test name, source file) pairs.
     pub records: usize,
-    pub lines: u64,
-    pub lines_hit: u64,
-    pub functions: u64,
-    pub functions_hit: u64,
-    pub branches: u64,
-    pub branches_hit: u64,
+    pub summary: Summary,
 }
 
 /// Merges LCOV reports; see the [module documentation](self) for the rules.
@@ -336,15 +331,7 @@ impl Merger {
         for r in &self.records {
             s.add(r.summary());
         }
-        Totals {
-            records: self.records.len(),
-            lines: s.lines,
-            lines_hit: s.lines_hit,
-            functions: s.functions,
-            functions_hit: s.functions_hit,
-            branches: s.branches,
-            branches_hit: s.branches_hit,
-        }
+        Totals { records: self.records.len(), summary: s }
     }
 
     /// The merged report.
@@ -415,6 +402,17 @@ pub struct Summary {
     pub functions_hit: u64,
     pub branches: u64,
     pub branches_hit: u64,
+}
+
+/// As the command line prints it: `lines 3/6, functions 1/2, branches 1/4`.
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "lines {}/{}, functions {}/{}, branches {}/{}",
+            self.lines_hit, self.lines, self.functions_hit, self.functions, self.branches_hit, self.branches
+        )
+    }
 }
 
 impl Summary {

@@ -48,16 +48,11 @@ pub fn run(args: Args) -> Result<()> {
     output.commit_with(|w| merger.write_to(w))?;
     if let Some(out) = args.output.as_deref().filter(|o| *o != Path::new("-")) {
         eprintln!(
-            "livecov: merged {} file(s) into {}: {} record(s), lines {}/{}, functions {}/{}, branches {}/{}",
+            "livecov: merged {} file(s) into {}: {} record(s), {}",
             args.files.len(),
             out.display(),
             totals.records,
-            totals.lines_hit,
-            totals.lines,
-            totals.functions_hit,
-            totals.functions,
-            totals.branches_hit,
-            totals.branches
+            totals.summary
         );
     }
     Ok(())

@@ -592,7 +592,7 @@ impl Sidecar {
         let text = merge_entries(entries, test.clone(), self.options.max_body, self.path_equivalence.clone()).await?;
         if test.is_none() {
             let totals = snapshot::totals(&String::from_utf8_lossy(&text));
-            lock(&self.history).record(Point { secs: taken, lines_hit: totals.lines_hit, lines: totals.lines });
+            lock(&self.history).record(Point { secs: taken, lines_hit: totals.summary.lines_hit, lines: totals.summary.lines });
         }
         let mut store = lock(&self.store);
         if store.generation == generation {

@@ -156,6 +156,7 @@ pub fn merge_all(texts: &[(String, Bytes)], groups: &[(String, String)], test: O
 /// The totals of a report, from its summary lines (`LF`, `LH`, ...).
 pub fn totals(lcov: &str) -> Totals {
     let mut t = Totals::default();
+    let s = &mut t.summary;
     for line in lcov.lines() {
         let Some((tag, n)) = line.split_once(':') else {
             t.records += u64::from(line == "end_of_record") as usize;
@@ -163,12 +164,12 @@ pub fn totals(lcov: &str) -> Totals {
         };
         let n: u64 = n.parse().unwrap_or(0);
         match tag {
-            "LF" => t.lines += n,
-            "LH" => t.lines_hit += n,
-            "FNF" => t.functions += n,
-            "FNH" => t.functions_hit += n,
-            "BRF" => t.branches += n,
-            "BRH" => t.branches_hit += n,
+            "LF" => s.lines += n,
+            "LH" => s.lines_hit += n,
+            "FNF" => s.functions += n,
+            "FNH" => s.functions_hit += n,
+            "BRF" => s.branches += n,
+            "BRH" => s.branches_hit += n,
             _ => {}
         }
     }

@@ -343,7 +343,10 @@ fn totals_add_up_the_records() {
     m.add("a", LLVM_COV).unwrap();
     assert_eq!(
         m.totals(),
-        Totals { records: 2, lines: 6, lines_hit: 3, functions: 2, functions_hit: 1, branches: 4, branches_hit: 1 }
+        Totals {
+            records: 2,
+            summary: Summary { lines: 6, lines_hit: 3, functions: 2, functions_hit: 1, branches: 4, branches_hit: 1 }
+        }
     );
     assert!(Merger::new().is_empty());
     assert_eq!(Merger::new().finish(), "");
