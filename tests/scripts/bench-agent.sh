@@ -55,23 +55,12 @@ large_target="$root/target/fixtures/large-agent"   # not bench.sh's: other featu
     --manifest-path fixtures/large/Cargo.toml
 large="$large_target/$host/debug/large"
 
-echo "bench-agent: building fixtures/service with -C instrument-coverage"
-service_target="$root/target/fixtures/service"    # where tests/tests/agent.rs builds it, same flags
-mkdir -p "$service_target"
-(
-    cd fixtures/service
-    # The tests lock this file while they build here.
-    flock "$service_target/.lock" "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" \
-        CARGO_TARGET_DIR="$service_target" cargo build --quiet --target "$host"
-)
-
 work="$root/target/bench-agent"
 rm -rf "$work"
 mkdir -p "$work"
-# A copy: the tests rebuild the service in place when the agent changes, and
-# the agent reads the coverage mapping from the running executable's file.
+echo "bench-agent: building fixtures/service with -C instrument-coverage"
 service="$work/service-bin"
-flock "$service_target/.lock" cp "$service_target/$host/debug/service" "$service"
+service_copy "$service"
 
 # --- helpers ---------------------------------------------------------------------
 pids=()

@@ -46,6 +46,19 @@ install_tools() {
 # that links the agent.
 optimized_dependencies=(--config 'profile.dev.package."*".opt-level = 3')
 
+# service_copy TO: fixtures/service built with -C instrument-coverage
+# where the tests build it (target/fixtures/service, same flags, under the
+# lock they take there), copied to TO: the tests rebuild it in place when
+# the agent changes, and the agent reads the coverage mapping from the
+# running executable's file.
+service_copy() {
+    local target="$root/target/fixtures/service"
+    mkdir -p "$target"
+    (cd "$root/fixtures/service" && flock "$target/.lock" "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" \
+        CARGO_TARGET_DIR="$target" cargo build --quiet --target "$host")
+    flock "$target/.lock" cp "$target/$host/debug/service" "$1"
+}
+
 # median, p95 < numbers, one a line ("nan" for none).
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(0.95 * NR); if (i < 0.95 * NR) i++; print v[i] }'; }

@@ -60,22 +60,12 @@ if [ ! -x "$large" ] || [ "${#profraws[@]}" -eq 0 ] || [ ! -e "${profraws[0]}" ]
     exit 1
 fi
 
-echo "bench-sidecar: building fixtures/service with -C instrument-coverage"
-service_target="$root/target/fixtures/service"    # where the tests build it, same flags
-mkdir -p "$service_target"
-(
-    cd fixtures/service
-    flock "$service_target/.lock" "${clean_env[@]}" RUSTFLAGS="-C instrument-coverage" \
-        CARGO_TARGET_DIR="$service_target" cargo build --quiet --target "$host"
-)
-
 work="$root/target/bench-sidecar"
 rm -rf "$work"
 mkdir -p "$work/reports" "$work/out"
-# A copy: the tests rebuild the service in place, and the agent reads the
-# coverage mapping from the running executable's file.
+echo "bench-sidecar: building fixtures/service with -C instrument-coverage"
 service="$work/service-bin"
-flock "$service_target/.lock" cp "$service_target/$host/debug/service" "$service"
+service_copy "$service"
 
 # --- helpers ---------------------------------------------------------------------
 pids=()
