@@ -128,10 +128,7 @@ agent_cpu_ns() {
 }
 # dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on
 # stdout; with first_byte set, the time to its first byte appended there.
-dump() {
-    curl -s --max-time 30 --unix-socket "${2:-$socket}" -o "$1" -w '%{time_total} %{time_starttransfer}\n' localhost/coverage |
-        awk -v first="${first_byte:-}" '{ printf "%.3f\n", $1 * 1000; if (first != "") printf "%.3f\n", $2 * 1000 >>first }'
-}
+dump() { fetch_ms "${2:-$socket}" "$1" "${first_byte:-}"; }
 # traffic SECONDS: redis-benchmark in a loop (-l), bounded by time.
 traffic() {
     timeout "$1" env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -l -c 4 \

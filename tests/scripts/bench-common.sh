@@ -117,14 +117,20 @@ EOF
     floor_pid=$!
     wait_for 50 test -S "$1" || { echo "$(basename "$0"): the trivial server did not start" >&2; exit 1; }
 }
+# fetch_ms SOCKET OUT [FIRST]: GET /coverage on SOCKET into OUT; curl's
+# time_total in ms on stdout (and its time to the first byte appended to
+# the file FIRST).
+fetch_ms() {
+    curl -s --max-time 30 --unix-socket "$1" -o "$2" -w '%{time_total} %{time_starttransfer}\n' localhost/coverage |
+        awk -v first="${3:-}" '{ printf "%.3f\n", $1 * 1000; if (first != "") printf "%.3f\n", $2 * 1000 >>first }'
+}
+
 # floor_times SOCKET COUNT GAP_MS [FIRST]: COUNT fetches from serve_file's
-# server, GAP_MS apart, as dumps are; curl's time_total of each in ms, one
-# a line (and its time to the first byte in the file FIRST).
+# server, GAP_MS apart, as dumps are; each as fetch_ms.
 floor_times() {
     for _ in $(seq "$2"); do
         sleep_ms "$3"
-        curl -s --max-time 30 --unix-socket "$1" -o /dev/null -w '%{time_total} %{time_starttransfer}\n' localhost/coverage |
-            awk -v first="${4:-}" '{ printf "%.3f\n", $1 * 1000; if (first != "") printf "%.3f\n", $2 * 1000 >>first }'
+        fetch_ms "$1" /dev/null "${4:-}"
     done
 }
 

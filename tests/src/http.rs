@@ -1,7 +1,7 @@
 //! A tiny HTTP/1.1 client for the agent's and the sidecar's endpoints (over
 //! a Unix socket or TCP) and its response parser.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -71,6 +71,23 @@ pub fn exchange(mut s: impl Read + Write, method: &str, path: &str, headers: &[&
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).expect("read");
     parse_response(&raw)
+}
+
+/// `GET path` on `s`, a connection kept open for more requests: the
+/// response read to its `content-length`, and no byte past it.
+pub fn get_keeping_the_connection(s: &mut (impl Read + Write), path: &str) -> Response {
+    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").expect("send");
+    let mut reader = BufReader::new(s);
+    let mut raw = Vec::new();
+    while !raw.ends_with(b"\r\n\r\n") {
+        assert!(reader.read_until(b'\n', &mut raw).expect("read the head") > 0, "the connection ended in the head");
+    }
+    let mut response = parse_response(&raw);
+    let length = response.header("content-length").and_then(|v| v.parse().ok()).expect("a content-length");
+    response.body = vec![0; length];
+    reader.read_exact(&mut response.body).expect("read the body");
+    assert!(reader.buffer().is_empty(), "bytes past the body");
+    response
 }
 
 /// A request on the Unix socket `socket`.

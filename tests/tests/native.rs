@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use livecov::agent::REST_AFTER;
-use livecov_tests::http::unix_request;
+use livecov_tests::http::{get_keeping_the_connection, unix_request};
 use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::{find_instance, Service};
 use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
@@ -1023,9 +1023,9 @@ fn the_binarys_pages_go_back_once_a_dump_is_sent_its_connection_still_open() {
     // when the connection ends. A first dump lets them go before its
     // answer.
     let mut kept = livecov_tests::http::connect_unix(&s.socket());
-    let first = get_keeping_the_connection(&mut kept, "/coverage");
+    let first = get_keeping_the_connection(&mut kept, "/coverage").text();
     s.send("primes 50");
-    let second = get_keeping_the_connection(&mut kept, "/coverage");
+    let second = get_keeping_the_connection(&mut kept, "/coverage").text();
     assert_eq!(function_count(&first, "work.c", "work_fib"), 1);
     assert_eq!(function_count(&second, "work.c", "work_count_primes"), 1);
     let (_, size) = resident_mappings(pid, &b.app, "r--s");
@@ -1040,29 +1040,6 @@ fn the_binarys_pages_go_back_once_a_dump_is_sent_its_connection_still_open() {
     };
     assert_eq!(rss, 0, "{rss} KiB of the agent's {size} KiB mapping of the binary stayed resident, its connection open");
     drop(kept);
-}
-
-/// `GET path` on a connection kept open: the body, read to its length.
-fn get_keeping_the_connection(s: &mut std::os::unix::net::UnixStream, path: &str) -> String {
-    write!(s, "GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n").expect("send");
-    let mut reader = BufReader::new(s);
-    let mut length = None;
-    loop {
-        let mut line = String::new();
-        assert!(reader.read_line(&mut line).expect("read a header") > 0, "the connection ended in the head");
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse::<usize>().ok();
-            }
-        }
-    }
-    let mut body = vec![0; length.expect("a content-length")];
-    reader.read_exact(&mut body).expect("read the body");
-    assert!(reader.buffer().is_empty(), "bytes past the body");
-    String::from_utf8(body).expect("UTF-8 LCOV")
 }
 
 #[test]

@@ -419,8 +419,12 @@ impl Agent {
     /// [`Self::lcov`], shared with the agent's own copy (no copy of a
     /// report of megabytes per answer).
     fn report(&self, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
-        let options = self.report_options(test_name);
-        self.engine().lcov(&options, reset)
+        self.report_by(self.engine(), test_name, reset)
+    }
+
+    /// [`Self::report`] by `engine` (see [`Self::engine_to_answer`]).
+    fn report_by(&self, mut engine: EngineAtWork<'_>, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
+        engine.lcov(&self.report_options(test_name), reset)
     }
 
     fn report_options<'a>(&'a self, test_name: Option<&'a str>) -> ReportOptions<'a> {
@@ -691,7 +695,7 @@ fn lcov_body(bytes: server::Chunks) -> Body {
 impl Service for Handle {
     fn coverage(&self, query: &CoverageQuery) -> Result<Body, ApiError> {
         let agent = self.0;
-        let report = || agent.engine_to_answer().lcov(&agent.report_options(query.test.as_deref()), query.reset);
+        let report = || agent.report_by(agent.engine_to_answer(), query.test.as_deref(), query.reset);
         match query.format {
             Format::Lcov => report().map(lcov_body).map_err(internal),
             Format::Profraw => Ok(Body {
