@@ -737,9 +737,8 @@ impl Service for Handle {
         if query.format != Format::Lcov || query.reset {
             return None;
         }
-        let options = agent.report_options(query.test.as_deref());
-        let mut engine = agent.try_engine_to_answer()?;
-        Some(engine.lcov(&options, false).map(lcov_body).map_err(internal))
+        let engine = agent.try_engine_to_answer()?;
+        Some(agent.report_by(engine, query.test.as_deref(), false).map(lcov_body).map_err(internal))
     }
 
     fn reset(&self) -> Result<(), ApiError> {
