@@ -30,6 +30,44 @@
 //!
 //! Missing tools are a panic naming what to install, never a skipped test.
 
+/// One test per fixture of the table above, each calling `$check` with its
+/// name: a report format's parity tests, where a failure names its fixture
+/// and the other fixtures still run.
+#[macro_export]
+macro_rules! test_each_fixture {
+    ($check:path) => {
+        #[test]
+        fn rust_fixture_matches_llvm_cov() {
+            $check("rust");
+        }
+
+        #[test]
+        fn c_clang19_fixture_matches_llvm_cov() {
+            $check("c-clang19");
+        }
+
+        #[test]
+        fn c_clang14_fixture_matches_llvm_cov() {
+            $check("c-clang14");
+        }
+
+        #[test]
+        fn c_clang13_fixture_matches_llvm_cov() {
+            $check("c-clang13");
+        }
+
+        #[test]
+        fn cpp_fixture_matches_llvm_cov() {
+            $check("cpp");
+        }
+
+        #[test]
+        fn shared_object_fixture_matches_llvm_cov() {
+            $check("sharedlib");
+        }
+    };
+}
+
 mod builder;
 mod cli;
 pub mod go;

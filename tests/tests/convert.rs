@@ -85,35 +85,7 @@ fn check_fixture(name: &str) {
     }
 }
 
-#[test]
-fn rust_fixture_matches_llvm_cov() {
-    check_fixture("rust");
-}
-
-#[test]
-fn c_clang19_fixture_matches_llvm_cov() {
-    check_fixture("c-clang19");
-}
-
-#[test]
-fn c_clang14_fixture_matches_llvm_cov() {
-    check_fixture("c-clang14");
-}
-
-#[test]
-fn c_clang13_fixture_matches_llvm_cov() {
-    check_fixture("c-clang13");
-}
-
-#[test]
-fn cpp_fixture_matches_llvm_cov() {
-    check_fixture("cpp");
-}
-
-#[test]
-fn shared_object_fixture_matches_llvm_cov() {
-    check_fixture("sharedlib");
-}
+livecov_tests::test_each_fixture!(check_fixture);
 
 #[test]
 fn a_profile_of_another_build_is_refused_naming_both_build_ids() {

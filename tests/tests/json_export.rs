@@ -77,35 +77,7 @@ fn check_fixture(name: &str) {
     }
 }
 
-#[test]
-fn rust_fixture_matches_llvm_cov() {
-    check_fixture("rust");
-}
-
-#[test]
-fn c_clang19_fixture_matches_llvm_cov() {
-    check_fixture("c-clang19");
-}
-
-#[test]
-fn c_clang14_fixture_matches_llvm_cov() {
-    check_fixture("c-clang14");
-}
-
-#[test]
-fn c_clang13_fixture_matches_llvm_cov() {
-    check_fixture("c-clang13");
-}
-
-#[test]
-fn cpp_fixture_matches_llvm_cov() {
-    check_fixture("cpp");
-}
-
-#[test]
-fn shared_object_fixture_matches_llvm_cov() {
-    check_fixture("sharedlib");
-}
+livecov_tests::test_each_fixture!(check_fixture);
 
 /// The comparisons above mean something only if the documents carry what
 /// LCOV cannot: branches (clang-19 writes branch regions), macro
