@@ -10,8 +10,10 @@
 #    while traffic runs, so that every dump has the server's background
 #    work and requests to catch up on (curl's time_total: the whole answer,
 #    1.8 MB of LCOV, included, and discarded: writing it to a file would
-#    add curl's own time); then as many with the timers only (no
-#    traffic). p50 and p95 of each. Beside them, curl's floor: the same
+#    add curl's own time); then as many with the traffic stopped
+#    (SIGSTOP) 10 ms before each dump and started again after it: the
+#    counters moved as much, but the dump has the CPUs to itself; then as
+#    many with the timers only (no traffic). p50 and p95 of each. Beside them, curl's floor: the same
 #    bytes (the held dump's, below) fetched as often from a trivial server
 #    (bench-common.sh's serve_file) while the same traffic runs against a
 #    server without the agent. Of both under traffic, the time to the
@@ -178,6 +180,20 @@ done
 at_rss rss_100
 sleep 1.5
 at_rss rss_rest
+# Whether a dump under traffic waits for the CPUs or works: the same
+# dumps with the load generator stopped for each (the counters still
+# moved since the last, and what the dump reads is as cold).
+log "$dumps dumps under traffic, the traffic stopped for each"
+cpu_before=$(agent_cpu_ns)
+: >"$work/t_paused"
+for _ in $(seq "$dumps"); do
+    sleep_ms "$gap_ms"
+    pkill -STOP -P "$traffic_pid" || true
+    sleep_ms 10
+    dump /dev/null >>"$work/t_paused"
+    pkill -CONT -P "$traffic_pid" || true
+done
+cpu_paused=$((($(agent_cpu_ns) - cpu_before) / dumps))
 kill "$traffic_pid" 2>/dev/null || true
 sleep 0.5
 log "$dumps dumps with the timers only"
@@ -292,8 +308,10 @@ printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(
 printf "%-62s %10.2f %10.2f\n" "  to its first byte (the rest is the transfer), ms" "$(median <"$work/f_busy")" "$(p95 <"$work/f_busy")"
 printf "%-62s %10.2f %10.2f\n" "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
 printf "%-62s %10.2f %10.2f\n" "  to their first byte, ms" "$(median <"$work/f_floor")" "$(p95 <"$work/f_floor")"
+printf "%-62s %10.2f %10.2f\n" "dump under traffic stopped for it, ms ($dumps)" "$(median <"$work/t_paused")" "$(p95 <"$work/t_paused")"
 printf "%-62s %10.2f %10.2f\n" "dump with the timers only, ms ($dumps)" "$(median <"$work/t_timers")" "$(p95 <"$work/t_timers")"
 awk -v n="$cpu_busy" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic (mean, schedstat), ms", n / 1e6, "-" }'
+awk -v n="$cpu_paused" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump under traffic stopped for it (mean), ms", n / 1e6, "-" }'
 awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'
 printf "%-62s %10.2f %10.2f\n" "dump of the held server (nothing changed), ms (10)" "$(median <"$work/t_unchanged")" "$(p95 <"$work/t_unchanged")"
 printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
