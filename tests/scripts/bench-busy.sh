@@ -101,7 +101,8 @@ start_server() {
         --enable-debug-command local --logfile "" >"$work/server.log" 2>&1 </dev/null &
     server_pid=$!
     pids+=("$server_pid")
-    wait_for 100 "$work/bin/redis-cli" -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start (server.log)"
+    wait_for 100 env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-cli" -p "$port" ping >/dev/null 2>&1 ||
+        die "redis-server did not start (server.log)"
     if [ "$1" = yes ]; then
         wait_for 100 bash -c "ls '$cov/dir/sockets/'*.sock >/dev/null 2>&1" || die "no agent socket"
         socket=$(ls "$cov/dir/sockets/"*.sock)
@@ -209,7 +210,7 @@ cpu_timers=$((($(agent_cpu_ns) - cpu_before) / dumps))
 log "the peer: llvm-profdata merge + llvm-cov export over a snapshot of the held server"
 traffic 10
 sleep 2
-timeout 20 "$work/bin/redis-cli" -p "$port" DEBUG SLEEP 8 >/dev/null 2>&1 &
+timeout 20 env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-cli" -p "$port" DEBUG SLEEP 8 >/dev/null 2>&1 &
 pids+=($!)
 sleep 1
 curl -s --max-time 30 --unix-socket "$socket" -o "$work/before.profraw" 'localhost/coverage?format=profraw'

@@ -101,7 +101,8 @@ LLVM_PROFILE_FILE="$work/server-%p.profraw" LD_PRELOAD="$lib" LIVECOV_DIR="$cov/
     "$bin/redis-server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --logfile "" \
     >"$work/server.log" 2>&1 </dev/null &
 pids+=($!)
-wait_for 300 "$bin/redis-cli" -p "$port" ping >/dev/null 2>&1 || die "redis-server did not start ($work/server.log)"
+wait_for 300 env LLVM_PROFILE_FILE="$work/clients-%p.profraw" "$bin/redis-cli" -p "$port" ping >/dev/null 2>&1 ||
+    die "redis-server did not start ($work/server.log)"
 wait_for 300 bash -c "ls '$cov/dir/sockets/'*.sock >/dev/null 2>&1" || die "no agent socket"
 socket=$(ls "$cov/dir/sockets/"*.sock)
 LLVM_PROFILE_FILE="$work/clients-%p.profraw" timeout 600 "$bin/redis-benchmark" -p "$port" -q -l -c 4 \

@@ -110,14 +110,25 @@ pub(crate) fn build_cargo(manifest_dir: &Path, target_dir: &Path, binary: &str) 
         .args(["build", "--offline", "--locked", "--manifest-path"])
         .arg(manifest_dir.join("Cargo.toml"))
         .current_dir(manifest_dir);
-    without_outer_cargo(&mut command);
-    command
-        .env("RUSTFLAGS", "-C instrument-coverage")
-        .env("CARGO_TARGET_DIR", target_dir);
+    coverage_build(&mut command, target_dir);
     run_checked(&mut command, "cargo build of the Rust fixture");
     let path = target_dir.join("debug").join(binary);
     assert!(path.is_file(), "cargo built no {}", path.display());
     path
+}
+
+/// Makes `command`, a nested cargo build, build with `-C instrument-coverage`
+/// into `target_dir`, without what the outer cargo set (see
+/// [`without_outer_cargo`]). Without `--target`, the flag also instruments
+/// proc-macros and build scripts, which write their profiles in the folder
+/// the compiler runs in (a path dependency's, in the tree): those go into
+/// `target_dir`, merged per program.
+pub fn coverage_build<'c>(command: &'c mut Command, target_dir: &Path) -> &'c mut Command {
+    without_outer_cargo(command);
+    command
+        .env("RUSTFLAGS", "-C instrument-coverage")
+        .env("CARGO_TARGET_DIR", target_dir)
+        .env("LLVM_PROFILE_FILE", target_dir.join("build-programs-%m.profraw"))
 }
 
 /// Drops what the outer cargo (running these tests) or the user set that would

@@ -84,7 +84,7 @@ mod specs;
 mod tools;
 mod wait;
 
-pub use builder::without_outer_cargo;
+pub use builder::{coverage_build, without_outer_cargo};
 pub use cli::livecov_bin;
 pub use oracle::{merge_profdata, oracle_lcov, profdata_tool, regex_escape, rust_agent_oracle};
 pub use tools::{llvm_tool, run_checked, workspace_root};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use livecov_tests::http::unix_request;
 use livecov_tests::service::scratch;
-use livecov_tests::{run_checked, wait_for, without_outer_cargo, workspace_root};
+use livecov_tests::{coverage_build, run_checked, wait_for, workspace_root};
 
 /// The (name, version) of every package in a Cargo.lock.
 fn locked(lock: &Path) -> BTreeSet<(String, String)> {
@@ -54,12 +54,7 @@ fn the_agent_builds_into_a_project_with_an_old_lock_file_and_changes_none_of_its
 
     let target = workspace_root().join("target/fixtures/locked-service");
     let mut build = Command::new("cargo");
-    without_outer_cargo(&mut build);
-    build
-        .args(["build", "--quiet"])
-        .current_dir(&project)
-        .env("RUSTFLAGS", "-C instrument-coverage")
-        .env("CARGO_TARGET_DIR", &target);
+    coverage_build(&mut build, &target).args(["build", "--quiet"]).current_dir(&project);
     run_checked(&mut build, "cargo build of the project with livecov added");
 
     let after = locked(&project.join("Cargo.lock"));

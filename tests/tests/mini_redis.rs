@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use livecov_tests::http::unix_request;
 use livecov_tests::service::scratch;
-use livecov_tests::{run_checked, rust_agent_oracle, wait_for, without_outer_cargo, workspace_root, Killed};
+use livecov_tests::{coverage_build, run_checked, rust_agent_oracle, wait_for, without_outer_cargo, workspace_root, Killed};
 
 const CRATE: &str = "mini-redis";
 const VERSION: &str = "0.4.1";
@@ -63,12 +63,7 @@ fn build(dir: &Path) -> PathBuf {
 
     let target = workspace_root().join("target/third-party/mini-redis");
     let mut build = Command::new("cargo");
-    without_outer_cargo(&mut build);
-    build
-        .args(["build", "--quiet", "--bin", "mini-redis-server"])
-        .current_dir(&project)
-        .env("RUSTFLAGS", "-C instrument-coverage")
-        .env("CARGO_TARGET_DIR", &target);
+    coverage_build(&mut build, &target).args(["build", "--quiet", "--bin", "mini-redis-server"]).current_dir(&project);
     run_checked(&mut build, "cargo build of mini-redis with livecov added");
     // A copy: the agent reads the coverage mapping from the running file,
     // and another test run may build over the target's.

@@ -53,7 +53,8 @@ fn nginx_bin() -> &'static Path {
             "{} not found: run tests/scripts/deps-nginx.sh (`make test` runs it through install-deps.sh)",
             bin.display()
         );
-        let version = clean_command(&bin).arg("-V").output().expect("nginx -V");
+        // Its profile is nobody's: not written into the test's folder.
+        let version = clean_command(&bin).env("LLVM_PROFILE_FILE", "/dev/null").arg("-V").output().expect("nginx -V");
         let text = String::from_utf8_lossy(&version.stderr);
         assert!(text.contains("-fcoverage-mapping"), "{} is not the coverage build: {text}", bin.display());
         bin

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use livecov_tests::{livecov_bin, llvm_tool, run_checked, without_outer_cargo, workspace_root};
+use livecov_tests::{coverage_build, livecov_bin, llvm_tool, run_checked, workspace_root};
 
 /// The test executables, as deps-fmt.sh built them, and a raw profile of
 /// each one's run (all their tests pass).
@@ -170,11 +170,8 @@ fn cargo_tests() -> (Vec<PathBuf>, Vec<PathBuf>) {
     let root = workspace_root();
     let target = root.join("target/fixtures/rust-tests");
     let mut build = Command::new("cargo");
-    without_outer_cargo(&mut build);
-    build
+    coverage_build(&mut build, &target)
         .args(["test", "--offline", "--locked", "--no-run", "--message-format=json", "-p", "shapes"])
-        .env("RUSTFLAGS", "-C instrument-coverage")
-        .env("CARGO_TARGET_DIR", &target)
         .current_dir(root.join("fixtures/rust"))
         .stdin(std::process::Stdio::null());
     let out = run_checked(&mut build, "cargo test --no-run of fixtures/rust");
