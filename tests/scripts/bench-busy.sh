@@ -265,14 +265,17 @@ throughput() { # requests/s of SET and GET together
     env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -c 8 -n "$load_requests" -t set,get -r 10000 2>/dev/null |
         tr '\r' '\n' | awk '/requests per second/ { sub(/:/, "", $2); n++; s += $2 } END { if (n) printf "%.0f\n", s / n; else print "nan" }'
 }
-: >"$work/rps_none"; : >"$work/rps_agent"; : >"$work/rps_dumps"; : >"$work/rps_floor"
+: >"$work/rps_none"; : >"$work/rps_agent"; : >"$work/rps_dumps"; : >"$work/rps_floor"; : >"$work/t_cold_idle"
 for r in $(seq "$rounds"); do
     log "throughput round $r of $rounds"
     start_server no
     throughput >>"$work/rps_none"
     stop_server
     start_server yes
-    dump /dev/null >/dev/null
+    # Each round's first dump is a cold one too, of the idle server once
+    # its agent rests: more samples of it than the one under traffic.
+    sleep 1.5
+    dump /dev/null >>"$work/t_cold_idle"
     throughput >>"$work/rps_agent"
     ( for _ in $(seq 3000); do sleep 0.1; dump /dev/null >/dev/null || true; done ) &
     dumper=$!
@@ -316,6 +319,7 @@ awk -v n="$cpu_paused" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dum
 awk -v n="$cpu_timers" 'BEGIN { printf "%-62s %10.2f %10s\n", "agent CPU per dump with the timers only (mean), ms", n / 1e6, "-" }'
 printf "%-62s %10.2f %10.2f\n" "dump of the held server (nothing changed), ms (10)" "$(median <"$work/t_unchanged")" "$(p95 <"$work/t_unchanged")"
 printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
+printf "%-62s %10.2f %10s\n" "first dump (cold) of the idle server, ms (median of $rounds starts)" "$(median <"$work/t_cold_idle")" "-"
 printf "%-62s %10.2f %10s\n" "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm" "-"
 awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic (p50; goal: at least 100x)", l / d, "-" }'
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
