@@ -239,6 +239,8 @@ impl Counter {
     pub const MAX_INDEX: u32 = u32::MAX >> 2;
 
     /// Counter `index` of the function (at most [`Self::MAX_INDEX`]).
+    // Named as its pair `expression` and as LLVM's `Counter::getCounter`.
+    #[allow(clippy::self_named_constructors)]
     pub fn counter(index: u32) -> Counter {
         Counter(index.min(Self::MAX_INDEX) << 2 | 1)
     }

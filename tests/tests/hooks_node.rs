@@ -693,7 +693,7 @@ fn workers_app() -> PathBuf {
 /// `GET /square?n=N` on the workers fixture: its answer, and the pool's thread that computed it.
 fn square(port: u16, n: u32) -> u32 {
     let text = body(&get(port, &format!("/square?n={n}")));
-    let parity = if n % 2 == 0 { "even" } else { "odd" };
+    let parity = if n.is_multiple_of(2) { "even" } else { "odd" };
     let thread = text
         .strip_prefix(&format!("{} {parity} (thread ", n * n))
         .and_then(|rest| rest.strip_suffix(")\n"))
