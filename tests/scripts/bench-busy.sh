@@ -13,8 +13,8 @@
 #    add curl's own time); then as many with the traffic stopped
 #    (SIGSTOP) 10 ms before each dump and started again after it: the
 #    counters moved as much, but the dump has the CPUs to itself; then as
-#    many with the timers only (no traffic). p50 and p95 of each. Beside them, curl's floor: the same
-#    bytes (the held dump's, below) fetched as often from a trivial server
+#    many with the timers only (no traffic). p50 and p95 of each. Beside
+#    them, curl's floor: the same bytes (the held dump's, below) fetched as often from a trivial server
 #    (bench-common.sh's serve_file) while the same traffic runs against a
 #    server without the agent. Of both under traffic, the time to the
 #    first byte too (curl's time_starttransfer): what the transfer takes
@@ -132,6 +132,24 @@ agent_cpu_ns() {
 # dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on
 # stdout; with first_byte set, the time to its first byte appended there.
 dump() { fetch_ms "${2:-$socket}" "$1" "${first_byte:-}"; }
+# timed_dumps OUT [stopped]: $dumps dumps, $gap_ms apart, their times into
+# OUT, the agent's mean CPU time per dump (ns) in $cpu_per_dump; "stopped":
+# the traffic stopped 10 ms before each dump and started again after it.
+timed_dumps() {
+    local before
+    before=$(agent_cpu_ns)
+    : >"$1"
+    for _ in $(seq "$dumps"); do
+        sleep_ms "$gap_ms"
+        if [ "${2:-}" = stopped ]; then
+            pkill -STOP -P "$traffic_pid" || true
+            sleep_ms 10
+        fi
+        dump /dev/null >>"$1"
+        if [ "${2:-}" = stopped ]; then pkill -CONT -P "$traffic_pid" || true; fi
+    done
+    cpu_per_dump=$((($(agent_cpu_ns) - before) / dumps))
+}
 # traffic SECONDS: redis-benchmark in a loop (-l), bounded by time.
 traffic() {
     timeout "$1" env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -l -c 4 \
@@ -185,26 +203,13 @@ at_rss rss_rest
 # dumps with the load generator stopped for each (the counters still
 # moved since the last, and what the dump reads is as cold).
 log "$dumps dumps under traffic, the traffic stopped for each"
-cpu_before=$(agent_cpu_ns)
-: >"$work/t_paused"
-for _ in $(seq "$dumps"); do
-    sleep_ms "$gap_ms"
-    pkill -STOP -P "$traffic_pid" || true
-    sleep_ms 10
-    dump /dev/null >>"$work/t_paused"
-    pkill -CONT -P "$traffic_pid" || true
-done
-cpu_paused=$((($(agent_cpu_ns) - cpu_before) / dumps))
+timed_dumps "$work/t_paused" stopped
+cpu_paused=$cpu_per_dump
 kill "$traffic_pid" 2>/dev/null || true
 sleep 0.5
 log "$dumps dumps with the timers only"
-cpu_before=$(agent_cpu_ns)
-: >"$work/t_timers"
-for _ in $(seq "$dumps"); do
-    sleep_ms "$gap_ms"
-    dump /dev/null >>"$work/t_timers"
-done
-cpu_timers=$((($(agent_cpu_ns) - cpu_before) / dumps))
+timed_dumps "$work/t_timers"
+cpu_timers=$cpu_per_dump
 
 # --- 2: the same snapshot for the peer -------------------------------------------
 log "the peer: llvm-profdata merge + llvm-cov export over a snapshot of the held server"
