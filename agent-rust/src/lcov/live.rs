@@ -761,28 +761,121 @@ struct Member {
     summary: [u32; 4],
     executions: u64,
     /// Where its [`zero_mask`] as of its summary is in `LiveFile::masks`,
-    /// once it ran again, or [`NO_MASK`].
+    /// once it ran again, or [`NO_MASK`]. With [`WITH_OTHER`] set, the
+    /// mask it had before follows, and then the summary it had with that
+    /// one (two words): the counts of a function that is running while
+    /// they are read (redis's event loop, the command it serves) can be
+    /// one where they will be zero once it returns, and its summary then
+    /// goes back and forth between two from dump to dump. A dump swaps
+    /// them, rather than decode the function whole to compute it again (on
+    /// redis under traffic, one to four functions a dump).
     mask: u32,
 }
 
 const NO_MASK: u32 = u32::MAX;
+const WITH_OTHER: u32 = 1 << 31;
+
+/// Which of a member's stored summaries holds for its new counts (see
+/// [`Member::mask`]).
+#[derive(Debug, PartialEq)]
+enum Held {
+    Current,
+    Other,
+    Neither,
+}
 
 impl Member {
     fn new(function: u32, summary: Summary, executions: u64) -> Member {
-        let mut member = Member { function, summary: [0; 4], executions: 0, mask: NO_MASK };
-        member.set(summary, executions);
+        let mut member = Member { function, summary: [0; 4], executions, mask: NO_MASK };
+        member.set_summary(summary);
         member
     }
 
-    fn set(&mut self, s: Summary, executions: u64) {
+    fn set_summary(&mut self, s: Summary) {
         let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
         self.summary = [small(s.lines), small(s.lines_hit), small(s.branches), small(s.branches_hit)];
-        self.executions = executions;
+    }
+
+    /// Its summary as two words, to keep in `LiveFile::masks`.
+    fn summary_words(&self) -> [u64; 2] {
+        let [a, b, c, d] = self.summary.map(u64::from);
+        [a | b << 32, c | d << 32]
     }
 
     fn summary(&self) -> Summary {
         let [lines, lines_hit, branches, branches_hit] = self.summary.map(u64::from);
         Summary { lines, lines_hit, branches, branches_hit }
+    }
+
+    /// Where its current mask of `len` words is in `masks`, and the other
+    /// one with its summary, when it keeps them (see [`Self::mask`]).
+    fn stored(&self, len: usize) -> (Option<std::ops::Range<usize>>, Option<std::ops::Range<usize>>) {
+        if self.mask == NO_MASK {
+            return (None, None);
+        }
+        let at = (self.mask & !WITH_OTHER) as usize;
+        let other = (self.mask & WITH_OTHER != 0).then(|| at + len..at + 2 * len + 2);
+        (Some(at..at + len), other)
+    }
+
+    /// Which of its summaries holds for its new counts, its `tally`: the
+    /// one whose [`zero_mask`] (read into `mask`, and trusted) is the same.
+    fn held(&self, masks: &[u64], tally: Tally<'_>, mask: &mut Vec<u64>) -> Held {
+        match zero_mask(tally, mask) {
+            true => self.held_for(masks, mask),
+            false => Held::Neither,
+        }
+    }
+
+    /// Which of its summaries is for the trusted zero `mask`.
+    fn held_for(&self, masks: &[u64], mask: &[u64]) -> Held {
+        let (current, other) = self.stored(mask.len());
+        let is = |words: Option<&[u64]>| words.is_some_and(|words| words.starts_with(mask));
+        if is(current.and_then(|r| masks.get(r))) {
+            Held::Current
+        } else if is(other.and_then(|r| masks.get(r))) {
+            Held::Other
+        } else {
+            Held::Neither
+        }
+    }
+
+    /// Takes its other summary (see [`Held::Other`]) and keeps the
+    /// current one as the other, with its mask of `len` words.
+    fn swap(&mut self, masks: &mut [u64], len: usize) {
+        let (Some(current), Some(other)) = self.stored(len) else { return };
+        let kept = self.summary_words();
+        let (now, before) = masks[current.start..other.end].split_at_mut(len);
+        now.swap_with_slice(&mut before[..len]);
+        let [low, high] = [before[len], before[len + 1]];
+        self.summary = [low as u32, (low >> 32) as u32, high as u32, (high >> 32) as u32];
+        before[len..].copy_from_slice(&kept);
+    }
+
+    /// Sets its `summary` computed again, for its zero `mask`, and keeps
+    /// the one it had (with its mask) as the other. The second time, its
+    /// masks move to the end of `masks`, with room for the other: the
+    /// words they had are left, a few for each function whose summary
+    /// changes more than once.
+    fn set_with_mask(&mut self, masks: &mut Vec<u64>, mask: &[u64], summary: Summary) {
+        match self.stored(mask.len()) {
+            (None, _) => {
+                self.mask = masks.len() as u32;
+                masks.extend_from_slice(mask);
+            }
+            (Some(current), None) => {
+                self.mask = masks.len() as u32 | WITH_OTHER;
+                masks.extend_from_slice(mask);
+                masks.extend_from_within(current);
+                masks.extend(self.summary_words());
+            }
+            (Some(current), Some(other)) => {
+                masks.copy_within(current.clone(), other.start);
+                masks[other.end - 2..other.end].copy_from_slice(&self.summary_words());
+                masks[current].copy_from_slice(mask);
+            }
+        }
+        self.set_summary(summary);
     }
 }
 
@@ -831,15 +924,6 @@ fn zero_mask(tally: Tally<'_>, mask: &mut Vec<u64>) -> bool {
     }
     mask.push(u64::from(!small));
     small
-}
-
-/// Whether `member`'s summary holds for its new counts, its `tally`: its
-/// [`zero_mask`], read into `mask`, is trusted and the one stored in
-/// `masks` as of its summary.
-fn mask_holds(masks: &[u64], member: &Member, tally: Tally<'_>, mask: &mut Vec<u64>) -> bool {
-    let trusted = zero_mask(tally, mask);
-    let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
-    trusted && stored.and_then(|r| masks.get(r)) == Some(&mask[..])
 }
 
 /// A range of `u32` indices as one of `usize`.
@@ -1111,15 +1195,16 @@ impl LiveFile {
     /// The functions whose records [`Self::update`] needs, besides their
     /// tallies, to compute again what `reach` has (ascending): those of the
     /// stretches it reaches that keep no parts yet, and those (of the
-    /// `tallies`) some of whose counts turned zero or nonzero, whose summary
-    /// is computed again. Most often none: a service runs the same paths
-    /// again and again, and most of its dumps decode no function whole.
+    /// `tallies`) whose counts are zero where those of neither of their
+    /// last two summaries were (see [`Member::mask`]), whose summary is
+    /// computed again. Most often none: a service runs the same paths again
+    /// and again, and most of its dumps decode no function whole.
     pub fn records_needed(&self, reach: &Reach, tallies: &Tallies, mask: &mut Vec<u64>) -> Vec<usize> {
         let mut needed: Vec<usize> = self.needs(reach).collect();
         for &g in reach.groups() {
             for member in &self.members[range(self.groups[g])] {
                 let Some(at) = tallies.position(member.function as usize) else { continue };
-                if !mask_holds(&self.masks, member, tallies.at(at), mask) {
+                if member.held(&self.masks, tallies.at(at), mask) == Held::Neither {
                     needed.push(member.function as usize);
                 }
             }
@@ -1209,8 +1294,8 @@ impl LiveFile {
         }
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
-        // which of its counts are zero changed: a service runs the same
-        // paths again and again.
+        // its zero counts are new (see `Member::mask`): a service runs the
+        // same paths again and again.
         let Work { data, mask, .. } = work;
         for &g in reach.groups() {
             let members = &mut self.members[range(self.groups[g])];
@@ -1220,25 +1305,18 @@ impl LiveFile {
             for member in members.iter_mut() {
                 let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) else { continue };
                 let tally = tallies.at(loaded[k].1);
-                // Without `records`, every mask holds (see `records_needed`).
-                if records.is_none() || mask_holds(&self.masks, member, tally, mask) {
-                    member.executions = tally.execution_count();
-                    continue;
-                }
-                // In `records` (see `records_needed`).
-                let Some((coverage, &at)) = records.and_then(|r| Some((r.coverage, r.index_of.get(&(member.function as usize))?)))
-                else {
-                    continue;
-                };
-                let stored = (member.mask != NO_MASK).then(|| member.mask as usize..member.mask as usize + mask.len());
-                match stored.and_then(|r| self.masks.get_mut(r)) {
-                    Some(words) => words.copy_from_slice(mask),
-                    None => {
-                        member.mask = self.masks.len() as u32;
-                        self.masks.extend_from_slice(mask);
+                match member.held(&self.masks, tally, mask) {
+                    Held::Current => {}
+                    Held::Other => member.swap(&mut self.masks, mask.len()),
+                    // In `records` (see `records_needed`).
+                    Held::Neither => {
+                        let record = records.and_then(|r| Some((r.coverage, *r.index_of.get(&(member.function as usize))?)));
+                        if let Some((coverage, at)) = record {
+                            member.set_with_mask(&mut self.masks, mask, function_summary(coverage, at, data));
+                        }
                     }
                 }
-                member.set(function_summary(coverage, at, data), tally.execution_count());
+                member.executions = tally.execution_count();
             }
             let (after, ran) = group_summary(members);
             self.total.add(after);
@@ -1493,7 +1571,42 @@ impl Stretch {
 
 #[cfg(test)]
 mod tests {
-    use super::{gallop, sort_dedup_from};
+    use super::{gallop, sort_dedup_from, Held, Member, Summary};
+
+    #[test]
+    fn a_member_keeps_its_last_two_summaries_by_their_zero_masks() {
+        let summary = |lines_hit| Summary { lines: 9, lines_hit, branches: 4, branches_hit: 1 };
+        let (a, b, c) = ([0b1011, 0], [0b1111, 0], [0b0011, 0]);
+        // Another member's masks first: each member's are at its own place.
+        let mut masks = vec![7, 7];
+        let mut member = Member::new(3, summary(5), 10);
+        assert_eq!(member.held_for(&masks, &a), Held::Neither);
+        member.set_with_mask(&mut masks, &a, summary(5));
+        assert_eq!(member.held_for(&masks, &a), Held::Current);
+        assert_eq!(member.held_for(&masks, &b), Held::Neither);
+        member.set_with_mask(&mut masks, &b, summary(6));
+        assert_eq!((member.held_for(&masks, &b), member.held_for(&masks, &a)), (Held::Current, Held::Other));
+        assert_eq!(member.summary(), summary(6));
+        // Back and forth between two, as a function running while its
+        // counts are read.
+        for (now, before, hit) in [(a, b, 5), (b, a, 6), (a, b, 5)] {
+            member.swap(&mut masks, 2);
+            assert_eq!(member.summary(), summary(hit));
+            assert_eq!((member.held_for(&masks, &now), member.held_for(&masks, &before)), (Held::Current, Held::Other));
+        }
+        // A third: the current one becomes the other, in place.
+        let len = masks.len();
+        member.set_with_mask(&mut masks, &c, summary(4));
+        assert_eq!(masks.len(), len);
+        assert_eq!((member.held_for(&masks, &c), member.held_for(&masks, &a)), (Held::Current, Held::Other));
+        assert_eq!(member.held_for(&masks, &b), Held::Neither);
+        member.swap(&mut masks, 2);
+        assert_eq!(member.summary(), summary(5));
+        assert_eq!(&masks[..2], [7, 7]);
+        // An untrusted mask (last word 1) is never one of a trusted read.
+        member.set_with_mask(&mut masks, &[0b1011, 1], summary(8));
+        assert_eq!(member.held_for(&masks, &a), Held::Other);
+    }
 
     #[test]
     fn sort_dedup_from_leaves_what_is_before_it() {
