@@ -807,6 +807,12 @@ impl Member {
         Summary { lines, lines_hit, branches, branches_hit }
     }
 
+    /// Whether it keeps a summary besides its current one (see
+    /// [`Self::mask`]).
+    fn keeps_other(&self) -> bool {
+        self.mask != NO_MASK && self.mask & WITH_OTHER != 0
+    }
+
     /// Where its current mask of `len` words is in `masks`, and the other
     /// one with its summary, when it keeps them (see [`Self::mask`]).
     fn stored(&self, len: usize) -> (Option<std::ops::Range<usize>>, Option<std::ops::Range<usize>>) {
@@ -814,7 +820,7 @@ impl Member {
             return (None, None);
         }
         let at = (self.mask & !WITH_OTHER) as usize;
-        let other = (self.mask & WITH_OTHER != 0).then(|| at + len..at + 2 * len + 2);
+        let other = self.keeps_other().then(|| at + len..at + 2 * len + 2);
         (Some(at..at + len), other)
     }
 
@@ -1305,7 +1311,13 @@ impl LiveFile {
             for member in members.iter_mut() {
                 let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) else { continue };
                 let tally = tallies.at(loaded[k].1);
-                match member.held(&self.masks, tally, mask) {
+                // Without `records`, each summary holds (see
+                // `records_needed`): only one kept as the other is looked for.
+                let held = match records.is_none() && !member.keeps_other() {
+                    true => Held::Current,
+                    false => member.held(&self.masks, tally, mask),
+                };
+                match held {
                     Held::Current => {}
                     Held::Other => member.swap(&mut self.masks, mask.len()),
                     // In `records` (see `records_needed`).
