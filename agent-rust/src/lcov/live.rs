@@ -182,6 +182,9 @@ pub struct Work<'m> {
     mask: Vec<u64>,
     fresh: Fresh,
     parts: Parts,
+    /// A kept stretch's sums before a dump updates them (see
+    /// [`Kept::write_over`]).
+    before: Vec<u64>,
 }
 
 /// A stretch computed again by a dump (from the second dump that reaches
@@ -536,7 +539,19 @@ impl Kept {
     /// index, position in `tallies`), both by mapping index) read again,
     /// those of the ones that `ran` (ascending) given counts first if they
     /// had none (see [`Self::wake`]): whether a count of them changed.
-    fn update_loaded(&mut self, tallies: &Tallies, functions: &[u32], loaded: &[(usize, usize)], ran: &[usize]) -> bool {
+    /// Its sums as they were go to `before`: its slots', then its places'.
+    fn update_loaded(
+        &mut self,
+        tallies: &Tallies,
+        functions: &[u32],
+        loaded: &[(usize, usize)],
+        ran: &[usize],
+        before: &mut Vec<u64>,
+    ) -> bool {
+        let a = self.arrays();
+        before.clear();
+        before.extend_from_slice(a.slots);
+        before.extend_from_slice(a.place_sums);
         // Most stretches have every function's counts: none can wake.
         if !self.header().has_all_counts() {
             let mut woke = false;
@@ -569,20 +584,27 @@ impl Kept {
 
     /// Writes the counts of the stretch's lines over those in its last
     /// text, `da` and `brda` (its `DA` and `BRDA` lines, as `write` wrote
-    /// them), where they changed: whether each was as long as the last
-    /// (else the lines are to be written again). Only with a plan: it
-    /// names each line's count without building segments.
-    fn write_over(&mut self, da: &mut [u8], brda: &mut [u8]) -> bool {
+    /// them from its sums as they were `before`: see
+    /// [`Self::update_loaded`]), where they changed: whether each was as
+    /// long as the last (else the lines are to be written again). Only
+    /// with a plan: it names each line's count without building segments.
+    ///
+    /// Where each line is follows from the counts it was written with: a
+    /// line whose count is the same is not read. Of a warm dump's lines
+    /// (redis under traffic) half keep their count, and their text is out
+    /// of the caches.
+    fn write_over(&mut self, da: &mut [u8], brda: &mut [u8], before: &[u64]) -> bool {
         let a = self.arrays();
-        if !a.planned {
+        let Some((slots_before, places_before)) = before.split_at_checked(a.slots.len()) else { return false };
+        if !a.planned || places_before.len() != a.place_sums.len() {
             return false;
         }
         let mut over = Overwrite { text: da, at: 0 };
-        for (line, lines, count) in LinePlan(a.lines).runs(a.slots) {
-            let mut count_text = itoa::Buffer::new();
-            let count = count_text.format(count).as_bytes();
+        for ((line, lines, count), (_, _, last)) in LinePlan(a.lines).runs(a.slots).zip(LinePlan(a.lines).runs(slots_before)) {
+            let (mut count_text, mut last_text) = (itoa::Buffer::new(), itoa::Buffer::new());
+            let (count, last) = (count_text.format(count).as_bytes(), last_text.format(last).as_bytes());
             // "DA:<line>,"
-            if !(line..line + lines).all(|line| over.number(4 + decimal_len(line), count)) {
+            if !(line..line + lines).all(|line| over.number(4 + decimal_len(line), count, last)) {
                 return false;
             }
         }
@@ -590,11 +612,13 @@ impl Kept {
             return false;
         }
         let mut over = Overwrite { text: brda, at: 0 };
-        for (line, pair, index, count) in summed_branch_lines(a.places()) {
-            let mut count_text = itoa::Buffer::new();
+        let places_before = a.place_lines.iter().zip(places_before.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]));
+        for ((line, pair, index, count), (.., last)) in summed_branch_lines(a.places()).zip(summed_branch_lines(places_before)) {
+            let (mut count_text, mut last_text) = (itoa::Buffer::new(), itoa::Buffer::new());
             let count = count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes());
+            let last = last.map_or(&b"-"[..], |last| last_text.format(last).as_bytes());
             // "BRDA:<line>,<pair>,<index>,"
-            if !over.number(8 + decimal_len(line) + decimal_len(pair) + decimal_len(index), count) {
+            if !over.number(8 + decimal_len(line) + decimal_len(pair) + decimal_len(index), count, last) {
                 return false;
             }
         }
@@ -611,19 +635,20 @@ struct Overwrite<'t> {
 }
 
 impl Overwrite<'_> {
-    /// Writes `number` over the next line's, which follows `prefix` bytes
-    /// (the last of them a comma): whether it fit.
-    fn number(&mut self, prefix: usize, number: &[u8]) -> bool {
+    /// Writes `number` over the next line's, `last`, which follows `prefix`
+    /// bytes (the last of them a comma): whether it fit. The line is only
+    /// read (to check it is where it should be) when the number changed.
+    fn number(&mut self, prefix: usize, number: &[u8], last: &[u8]) -> bool {
         let from = self.at + prefix;
-        if self.text.get(from.wrapping_sub(1)) != Some(&b',') {
-            return false;
+        let end = from + last.len();
+        if number != last {
+            let Some(line) = self.text.get_mut(from.wrapping_sub(1)..=end) else { return false };
+            if number.len() != last.len() || line[0] != b',' || line[line.len() - 1] != b'\n' {
+                return false;
+            }
+            line[1..=number.len()].copy_from_slice(number);
         }
-        let Some(len) = self.text[from..].iter().position(|&b| b == b'\n') else { return false };
-        if len != number.len() {
-            return false;
-        }
-        self.text[from..from + len].copy_from_slice(number);
-        self.at = from + len + 1;
+        self.at = end + 1;
         true
     }
 
@@ -1567,12 +1592,12 @@ impl Stretch {
         let (da_from, brda_from) = (fresh.da.len() as u32, fresh.brda.len() as u32);
         // Its parts kept by this dump (see `LiveFile::unkept`) are as new.
         if !kept.take_kept_now() {
-            if !kept.update_loaded(tallies, functions, loaded, ran) {
+            if !kept.update_loaded(tallies, functions, loaded, ran, &mut work.before) {
                 // A function ran elsewhere: these lines are the last
                 // text's.
                 return;
             }
-            if text.is_some_and(|text| kept.write_over(text.da, text.brda)) {
+            if text.is_some_and(|text| kept.write_over(text.da, text.brda, &work.before)) {
                 return;
             }
         }
