@@ -601,10 +601,10 @@ impl Kept {
         }
         let mut over = Overwrite { text: da, at: 0 };
         for ((line, lines, count), (_, _, last)) in LinePlan(a.lines).runs(a.slots).zip(LinePlan(a.lines).runs(slots_before)) {
-            let (mut count_text, mut last_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-            let (count, last) = (count_text.format(count).as_bytes(), last_text.format(last).as_bytes());
+            let mut count_text = itoa::Buffer::new();
+            let (count, last_len) = ((count != last).then(|| count_text.format(count).as_bytes()), decimal_len(last));
             // "DA:<line>,"
-            if !(line..line + lines).all(|line| over.number(4 + decimal_len(line), count, last)) {
+            if !(line..line + lines).all(|line| over.number(4 + decimal_len(line.into()), count, last_len)) {
                 return false;
             }
         }
@@ -614,11 +614,12 @@ impl Kept {
         let mut over = Overwrite { text: brda, at: 0 };
         let places_before = a.place_lines.iter().zip(places_before.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]));
         for ((line, pair, index, count), (.., last)) in summed_branch_lines(a.places()).zip(summed_branch_lines(places_before)) {
-            let (mut count_text, mut last_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-            let count = count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes());
-            let last = last.map_or(&b"-"[..], |last| last_text.format(last).as_bytes());
+            let mut count_text = itoa::Buffer::new();
+            let last_len = last.map_or(1, |last| decimal_len(last.into()));
+            let count = (count != last).then(|| count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes()));
             // "BRDA:<line>,<pair>,<index>,"
-            if !over.number(8 + decimal_len(line) + decimal_len(pair) + decimal_len(index), count, last) {
+            let prefix = 8 + decimal_len(line.into()) + decimal_len(pair.into()) + decimal_len(index.into());
+            if !over.number(prefix, count, last_len) {
                 return false;
             }
         }
@@ -635,15 +636,16 @@ struct Overwrite<'t> {
 }
 
 impl Overwrite<'_> {
-    /// Writes `number` over the next line's, `last`, which follows `prefix`
-    /// bytes (the last of them a comma): whether it fit. The line is only
-    /// read (to check it is where it should be) when the number changed.
-    fn number(&mut self, prefix: usize, number: &[u8], last: &[u8]) -> bool {
+    /// Writes `number` (none when it did not change) over the next line's,
+    /// of `last_len` bytes, which follows `prefix` bytes (the last of them
+    /// a comma): whether it fit. The line is only read (to check it is
+    /// where it should be) when the number changed.
+    fn number(&mut self, prefix: usize, number: Option<&[u8]>, last_len: usize) -> bool {
         let from = self.at + prefix;
-        let end = from + last.len();
-        if number != last {
+        let end = from + last_len;
+        if let Some(number) = number {
             let Some(line) = self.text.get_mut(from.wrapping_sub(1)..=end) else { return false };
-            if number.len() != last.len() || line[0] != b',' || line[line.len() - 1] != b'\n' {
+            if number.len() != last_len || line[0] != b',' || line[line.len() - 1] != b'\n' {
                 return false;
             }
             line[1..=number.len()].copy_from_slice(number);
@@ -652,14 +654,14 @@ impl Overwrite<'_> {
         true
     }
 
-    /// Whether every line of the text was written over.
+    /// Whether every line of the text was passed over.
     fn done(&self) -> bool {
         self.at == self.text.len()
     }
 }
 
 /// How many decimal digits `n` has.
-fn decimal_len(n: u32) -> usize {
+fn decimal_len(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
