@@ -134,6 +134,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
     // that ran.
     let bodies: Vec<_> = mapping.functions.iter().map(|f| f.counting_body()).collect();
     let (mut updated_files, mut kept_stretches_reached, mut written_over, mut from_counts) = (0, 0, 0, 0);
+    let mut grown_over = 0;
     // Each dump's counts: those of the first `runs` runs.
     let all = profiles.len();
     let runs: Vec<usize> = (baseline..=all).chain([all - 1, all, all - 1, all]).collect();
@@ -210,7 +211,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
             _ => Vec::new(),
         };
         for (file, reach) in &touched {
-            let before = live[file].text().as_ptr();
+            let (before, len) = (live[file].text().as_ptr(), live[file].text().len());
             // From the counts alone where they tell enough, as the agent
             // updates most records.
             let record = live.get_mut(file).unwrap();
@@ -224,6 +225,7 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
             updated_files += 1;
             if live[file].text().as_ptr() == before {
                 written_over += 1;
+                grown_over += usize::from(live[file].text().len() > len);
             }
         }
         for (text, bytes) in &held {
@@ -254,11 +256,12 @@ fn records_updated_dump_after_dump_are_the_records_computed_whole() {
         from_counts > 0 && from_counts < updated_files,
         "{from_counts} of {updated_files} records were updated from the counts alone"
     );
-    // Most updates change no line's length: their lines are written over
-    // the last text (a record no report holds); the others, and those of a
-    // text a report holds, make a new one.
+    // The lines of a record no report holds are written over its last
+    // text, some of them longer than they were (a count gained a digit);
+    // those of a text a report holds make a new one.
     assert!(
         written_over > 0 && written_over < updated_files,
         "{written_over} of {updated_files} records were written over in place"
     );
+    assert!(grown_over > 0, "no record grew in place ({written_over} written over)");
 }

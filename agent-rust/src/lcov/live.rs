@@ -116,6 +116,32 @@ struct Fresh {
     /// go (see [`LiveFile::write_over`]).
     lines: String,
     own: Vec<(TextRange, TextRange)>,
+    /// Every line written over, when some are longer than the lines they
+    /// replace (see [`LiveFile::write_over`]).
+    edits: Vec<Edit>,
+}
+
+/// Lines written over a record's text: where (`at`), and from which of the
+/// [`Fresh`] strings (`lines`, `da` or `brda`), where in it.
+#[derive(Clone, Copy)]
+struct Edit {
+    at: TextRange,
+    source: Source,
+    new: TextRange,
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Lines,
+    Da,
+    Brda,
+}
+
+impl Edit {
+    /// How much longer its lines are than those they replace.
+    fn growth(&self) -> i64 {
+        i64::from(self.new.1 - self.new.0) - i64::from(self.at.1 - self.at.0)
+    }
 }
 
 /// The functions of a record that changed since the last dump (by mapping
@@ -1361,7 +1387,7 @@ impl LiveFile {
             self.total.add(after);
             self.hit += u32::from(ran);
         }
-        let written = text.as_deref_mut().is_some_and(|text| self.write_over(text, &mut work.fresh));
+        let written = text.as_mut().is_some_and(|text| self.write_over(text, &mut work.fresh));
         if let Some(text) = text {
             self.text = text.freeze();
         }
@@ -1434,17 +1460,19 @@ impl LiveFile {
 
     /// Writes the lines computed again (of a function's `FNDA` line, its
     /// count) over those they replace in `text`, the record's last text
-    /// that no report holds any longer, where each is as long as its last
-    /// (a count seldom gains a digit: a service runs the same code with
-    /// counts in the same decade): no copy of the record, and no new block
-    /// of its size. Whether it did; if not, `text` is as it was, for
-    /// [`Self::render`].
-    fn write_over(&self, text: &mut [u8], fresh: &mut Fresh) -> bool {
+    /// that no report holds any longer: no copy of the record, and no new
+    /// block of its size. Most often each is as long as its last (a service
+    /// runs the same code with counts in the same decade). When some are
+    /// longer (a count gained a digit: on redis under traffic, a record or
+    /// a few in most dumps), the text grows in its block (made with room
+    /// to grow, see [`Self::render`]) and what follows them moves. Whether
+    /// it did; if not, `text` is as it was, for [`Self::render`].
+    fn write_over(&mut self, text: &mut BytesMut, fresh: &mut Fresh) -> bool {
         // The `FNDA` counts, the function totals and the file totals, as
         // `render` writes them, and (where in the text, where in `lines`)
         // of each: the `FNDA` counts, the totals that follow them, and the
         // totals that end the record.
-        let Fresh { da, brda, stretches, names, lines, own } = fresh;
+        let Fresh { da, brda, stretches, names, lines, own, edits } = fresh;
         lines.clear();
         own.clear();
         for &slot in names.iter() {
@@ -1467,21 +1495,68 @@ impl LiveFile {
         own.push(((brda_end, text.len() as u32), (from, lines.len() as u32)));
         // Walked twice, to check and to write, rather than collected.
         let (parts, lines_at) = (&self.stretches, self.lines_at);
-        let edits = || {
+        let all = || {
             let fresh_lines = stretches.iter().flat_map(|&(k, da_at, brda_at)| {
                 let (s, (da_start, brda_start)) = (&parts[k], line_starts(parts, lines_at, k));
-                [((da_start, s.da_end), da.as_bytes(), da_at), ((brda_start, s.brda_end), brda.as_bytes(), brda_at)]
+                [Edit { at: (da_start, s.da_end), source: Source::Da, new: da_at }, Edit {
+                    at: (brda_start, s.brda_end),
+                    source: Source::Brda,
+                    new: brda_at,
+                }]
             });
-            own.iter().map(|&(at, line)| (at, lines.as_bytes(), line)).chain(fresh_lines)
+            own.iter().map(|&(at, new)| Edit { at, source: Source::Lines, new }).chain(fresh_lines)
+        };
+        let source = |edit: &Edit| match edit.source {
+            Source::Lines => &lines.as_bytes()[range(edit.new)],
+            Source::Da => &da.as_bytes()[range(edit.new)],
+            Source::Brda => &brda.as_bytes()[range(edit.new)],
         };
         let len = text.len();
-        let fits = |(from, to): TextRange, n: u32| to.checked_sub(from) == Some(n) && to as usize <= len;
-        if !edits().all(|(at, _, (from, to))| fits(at, to - from)) {
+        let within = |edit: &Edit| edit.at.0 <= edit.at.1 && edit.at.1 as usize <= len;
+        if all().all(|edit| within(&edit) && edit.growth() == 0) {
+            for edit in all() {
+                text[range(edit.at)].copy_from_slice(source(&edit));
+            }
+            return true;
+        }
+        // Lines longer than the last (none shorter: counts only grow, and
+        // an insertion at a part's end would be either part's), one after
+        // the other, in the room the block has.
+        edits.clear();
+        edits.extend(all());
+        edits.sort_unstable_by_key(|edit| edit.at);
+        let ordered = edits.windows(2).all(|pair| pair[0].at.1 <= pair[1].at.0);
+        let grows = |edit: &Edit| edit.growth() >= 0 && (edit.at.0 < edit.at.1 || edit.new.0 == edit.new.1);
+        let growth: i64 = edits.iter().map(Edit::growth).sum();
+        if !ordered || !edits.iter().all(|edit| within(edit) && grows(edit)) || len + growth as usize > text.capacity() {
             return false;
         }
-        for (at, source, new) in edits() {
-            text[range(at)].copy_from_slice(&source[range(new)]);
+        // From the end: each edit's new lines, and what follows it up to
+        // the next, go where they are once those before it grew.
+        text.resize(len + growth as usize, 0);
+        let (mut end, mut shift) = (len, growth as usize);
+        for edit in edits.iter().rev() {
+            let (from, to) = (edit.at.0 as usize, edit.at.1 as usize);
+            text.copy_within(to..end, to + shift);
+            shift -= edit.growth() as usize;
+            let new = source(edit);
+            text[from + shift..from + shift + new.len()].copy_from_slice(new);
+            end = from;
         }
+        // A part ends where it did, moved by the growth of the edits that
+        // end before it or with it: the parts' ends in the order of the
+        // text, and the edits with them.
+        let (mut next, mut shift) = (0, 0);
+        let mut moved = |at: &mut u32| {
+            while let Some(edit) = edits.get(next).filter(|edit| edit.at.1 <= *at) {
+                (next, shift) = (next + 1, shift + edit.growth() as u32);
+            }
+            *at += shift;
+        };
+        self.fnda_ends.iter_mut().for_each(&mut moved);
+        moved(&mut self.lines_at);
+        self.stretches.iter_mut().for_each(|stretch| moved(&mut stretch.da_end));
+        self.stretches.iter_mut().for_each(|stretch| moved(&mut stretch.brda_end));
         true
     }
 }
