@@ -211,6 +211,9 @@ pub struct Work<'m> {
     /// A kept stretch's sums before a dump updates them (see
     /// [`Kept::write_over`]).
     before: Vec<u64>,
+    /// The bits of the functions a record's update counted (see
+    /// [`Loaded`]), all clear between two records.
+    loaded: Vec<u64>,
 }
 
 /// A stretch computed again by a dump (from the second dump that reaches
@@ -570,7 +573,7 @@ impl Kept {
         &mut self,
         tallies: &Tallies,
         functions: &[u32],
-        loaded: &[(usize, usize)],
+        loaded: Loaded<'_>,
         ran: &[usize],
         before: &mut Vec<u64>,
     ) -> bool {
@@ -762,20 +765,54 @@ fn halves_mut(words: &mut [u64]) -> &mut [u32] {
     unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast(), 2 * words.len()) }
 }
 
-/// Calls `each` with those of a stretch's `functions` that are `loaded`
-/// ((mapping index, place in a `Coverage`); both by mapping index): their
-/// position in `functions` and their place, in order. The shorter one is
-/// walked and the other searched: a stretch has a function or a few, a
-/// record's loaded functions are tens, and a header's stretch has hundreds.
-fn for_loaded(functions: &[u32], loaded: &[(usize, usize)], mut each: impl FnMut(usize, usize)) {
-    if functions.len() <= loaded.len() {
+/// The functions of a record that a dump counted, each with its place in
+/// the dump's `Tallies` ((mapping index, place), by mapping index), and a
+/// bit set for each, by mapping index: the stretches of a header's macro
+/// look up their functions, tens each, in the record's, tens too, and most
+/// are not there (a bit is read where a search took several branches the
+/// CPU could not foresee).
+#[derive(Clone, Copy)]
+struct Loaded<'a> {
+    places: &'a [(usize, usize)],
+    bits: &'a [u64],
+}
+
+impl Loaded<'_> {
+    fn has(&self, i: usize) -> bool {
+        self.bits.get(i / 64).is_some_and(|word| word >> (i % 64) & 1 != 0)
+    }
+}
+
+/// Sets the bits of `loaded`'s functions in `bits`, or clears them.
+fn set_bits(bits: &mut Vec<u64>, loaded: &[(usize, usize)], on: bool) {
+    for &(i, _) in loaded {
+        if bits.len() <= i / 64 {
+            bits.resize(i / 64 + 1, 0);
+        }
+        match on {
+            true => bits[i / 64] |= 1 << (i % 64),
+            false => bits[i / 64] &= !(1 << (i % 64)),
+        }
+    }
+}
+
+/// Calls `each` with those of a stretch's `functions` that are `loaded`:
+/// their position in `functions` and their place, in order. The shorter
+/// one is walked: a stretch has a function or a few, a record's loaded
+/// functions are tens, and a header's stretch has hundreds.
+fn for_loaded(functions: &[u32], loaded: Loaded<'_>, mut each: impl FnMut(usize, usize)) {
+    let places = loaded.places;
+    if functions.len() <= places.len() {
         for (k, &f) in functions.iter().enumerate() {
-            if let Ok(l) = loaded.binary_search_by_key(&(f as usize), |l| l.0) {
-                each(k, loaded[l].1);
+            if !loaded.has(f as usize) {
+                continue;
+            }
+            if let Ok(l) = places.binary_search_by_key(&(f as usize), |l| l.0) {
+                each(k, places[l].1);
             }
         }
     } else {
-        for &(i, at) in loaded {
+        for &(i, at) in places {
             if let Ok(k) = functions.binary_search_by_key(&i, |&f| f as usize) {
                 each(k, at);
             }
@@ -1337,6 +1374,8 @@ impl LiveFile {
         // computed; the rest by `write_over`).
         let mut text = self.text.is_unique().then(|| BytesMut::from(std::mem::take(&mut self.text)));
         let n = self.stretches.len();
+        let mut bits = std::mem::take(&mut work.loaded);
+        set_bits(&mut bits, &loaded, true);
         for &k in reach.stretches() {
             let (da_start, brda_start) = self.line_starts(k);
             let stretch = &mut self.stretches[k];
@@ -1344,13 +1383,16 @@ impl LiveFile {
             if stretch.kept.is_some() {
                 let (da_end, brda_end) = (stretch.da_end, stretch.brda_end);
                 let at = text.as_deref_mut().and_then(|text| StretchText::of(text, (da_start, da_end), (brda_start, brda_end)));
-                stretch.update_kept(k, tallies, functions, &loaded, reach.changed(), at, work);
+                let loaded = Loaded { places: &loaded, bits: &bits };
+                stretch.update_kept(k, tallies, functions, loaded, reach.changed(), at, work);
             } else if let Some(records) = records {
                 let placed: Vec<(usize, usize)> =
                     functions.iter().filter_map(|&f| Some((f as usize, *records.index_of.get(&(f as usize))?))).collect();
                 stretch.compute(k, records.coverage, self.file, functions, &placed, k + 1 < n, true, work);
             }
         }
+        set_bits(&mut bits, &loaded, false);
+        work.loaded = bits;
         // A group's summary taken out of the totals, its members' updated,
         // and it added back. A member's summary is computed again only when
         // its zero counts are new (see `Member::mask`): a service runs the
@@ -1636,10 +1678,11 @@ impl Stretch {
         } else {
             spans.clear();
             branches.clear();
-            for_loaded(functions, placed, |_, at| {
+            // Each placed function is one of the stretch's.
+            for &(_, at) in placed {
                 coverage.part_in_file_into(at, file, self.lines, spans, data);
                 placed_branches(coverage, data, branches, None);
-            });
+            }
             data.segments_of(spans, followed);
             write_lines(&mut fresh.da, &data.segments);
             write_placed_branches(&mut fresh.brda, branches.iter().collect());
@@ -1659,7 +1702,7 @@ impl Stretch {
         k: usize,
         tallies: &Tallies,
         functions: &[u32],
-        loaded: &[(usize, usize)],
+        loaded: Loaded<'_>,
         ran: &[usize],
         text: Option<StretchText<'_>>,
         work: &mut Work<'_>,
