@@ -941,7 +941,8 @@ impl Member {
     fn swap(&mut self, masks: &mut [u64], len: usize) {
         let (Some(current), Some(other)) = self.stored(len) else { return };
         let kept = self.summary_words();
-        let (now, before) = masks[current.start..other.end].split_at_mut(len);
+        let Some(words) = masks.get_mut(current.start..other.end) else { return };
+        let (now, before) = words.split_at_mut(len);
         now.swap_with_slice(&mut before[..len]);
         let [low, high] = [before[len], before[len + 1]];
         self.summary = [low as u32, (low >> 32) as u32, high as u32, (high >> 32) as u32];
@@ -954,7 +955,10 @@ impl Member {
     /// words they had are left, a few for each function whose summary
     /// changes more than once.
     fn set_with_mask(&mut self, masks: &mut Vec<u64>, mask: &[u64], summary: Summary) {
-        match self.stored(mask.len()) {
+        // Ranges past `masks` (none are) count as none.
+        let within = |r: &std::ops::Range<usize>| r.end <= masks.len();
+        let (current, other) = self.stored(mask.len());
+        match (current.filter(within), other.filter(within)) {
             (None, _) => {
                 self.mask = masks.len() as u32;
                 masks.extend_from_slice(mask);
