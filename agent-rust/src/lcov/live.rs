@@ -140,7 +140,8 @@ enum Source {
 impl Edit {
     /// How much longer its lines are than those they replace.
     fn growth(&self) -> i64 {
-        i64::from(self.new.1 - self.new.0) - i64::from(self.at.1 - self.at.0)
+        let len = |(from, to): TextRange| i64::from(to) - i64::from(from);
+        len(self.new) - len(self.at)
     }
 }
 
@@ -641,8 +642,8 @@ impl Kept {
             return false;
         }
         let mut over = Overwrite { text: brda, at: 0 };
-        let places_before = a.place_lines.iter().zip(places_before.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]));
-        for ((line, pair, index, count), (.., last)) in summed_branch_lines(a.places()).zip(summed_branch_lines(places_before)) {
+        let places = summed_branch_lines(a.places()).zip(summed_branch_lines(a.places_with(places_before)));
+        for ((line, pair, index, count), (.., last)) in places {
             let mut count_text = itoa::Buffer::new();
             let last_len = last.map_or(1, |last| decimal_len(last.into()));
             let count = (count != last).then(|| count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes()));
@@ -697,8 +698,12 @@ fn decimal_len(n: u64) -> usize {
 impl KeptArrays<'_> {
     /// Its places' lines and counts, for [`write_summed_branches`].
     fn places(&self) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
-        let sums = self.place_sums.chunks_exact(2);
-        self.place_lines.iter().zip(sums).map(|(&line, sums)| (line, sums[0], sums[1]))
+        self.places_with(self.place_sums)
+    }
+
+    /// Its places' lines with these `sums` (two each), as [`Self::places`].
+    fn places_with<'s>(&'s self, sums: &'s [u64]) -> impl Iterator<Item = (u32, u64, u64)> + 's {
+        self.place_lines.iter().zip(sums.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]))
     }
 
     /// Where function `k`'s counts are.
