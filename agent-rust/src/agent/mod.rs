@@ -468,11 +468,12 @@ impl Agent {
         EngineAtWork { engine, agent: self, answered }
     }
 
-    /// Gives back what the engine's work left and no longer uses: the
-    /// pages of the files it read, and (`Config::after_engine_work`) the
-    /// memory the C agent's allocator kept for it.
-    fn after_work(&self, engine: &Engine) {
-        engine.release_file_pages();
+    /// Gives back what the engine's work left and no longer uses
+    /// ([`Engine::tidy`]: what a dump decoded, the pages of the files it
+    /// read), and (`Config::after_engine_work`) the memory the C agent's
+    /// allocator kept for it.
+    fn after_work(&self, engine: &mut Engine) {
+        engine.tidy();
         if let Some(after) = self.config.after_engine_work {
             after();
         }
@@ -482,8 +483,8 @@ impl Agent {
     /// When another thread has the engine, its work does it when done.
     fn release_if_due(&self) {
         if self.release_due.swap(false, Ordering::AcqRel) {
-            if let Some(engine) = try_lock(&self.engine) {
-                self.after_work(&engine);
+            if let Some(mut engine) = try_lock(&self.engine) {
+                self.after_work(&mut engine);
             }
         }
     }
@@ -675,7 +676,7 @@ impl Drop for EngineAtWork<'_> {
         if self.answered && self.engine.warm {
             self.agent.release_due.store(true, Ordering::Release);
         } else {
-            self.agent.after_work(&self.engine);
+            self.agent.after_work(&mut self.engine);
         }
         self.agent.worked();
     }
