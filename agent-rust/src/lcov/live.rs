@@ -1461,9 +1461,12 @@ impl LiveFile {
             self.push_fnda_line(&mut fnda, slot);
             fnda_at.push((slot, (from, fnda.len() as u32)));
         }
-        // Counts only grow: the text a little longer than the last, whose
-        // growth would copy it all again.
-        let mut out = String::with_capacity((last.len() + last.len() / 32 + 64).max(self.head * 2));
+        // As long as the last text, or, for a record's first, its head,
+        // lines and totals (at most 128 bytes); and a little longer:
+        // counts only grow (see `write_over`). Grown by doubling, a first
+        // text was copied again each time, and kept as much room unused.
+        let len = last.len().max(self.head + fnda.len() + fresh.da.len() + fresh.brda.len() + 128);
+        let mut out = String::with_capacity(len + len / 32);
         copy_from(&mut out, last, (0, self.head as u32));
         let fnda_lines = fnda_at.iter().map(|&(slot, at)| (slot, &fnda[range(at)]));
         splice(&mut out, last, self.head as u32, self.fnda_ends.iter_mut(), fnda_lines);
