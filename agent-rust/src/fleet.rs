@@ -262,7 +262,7 @@ impl BuildMapping {
         // keeps them for its own: a Rust service's dependencies (filtered by
         // the ignore patterns) are most of its mapping, and neither their
         // regions nor their counters change a byte of the report.
-        let ignored: Vec<bool> = mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect();
+        let ignored = crate::file_pattern::matching(&ignore, mapping.files.iter().map(String::as_str));
         mapping.retain_functions(|files| files.iter().any(|&file| !ignored[file as usize]));
         mapping.functions.shrink_to_fit();
         // By name, not by (name, hash): a record of a kept name with another

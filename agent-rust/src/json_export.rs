@@ -19,7 +19,7 @@
 use std::io::Write;
 
 use crate::coverage::{line_stats, CountedRegion, Coverage, CoverageData, Expansion, Segment};
-use crate::lcov::{is_ignored, Options};
+use crate::lcov::{reported_files, Options};
 use crate::mapping::{FileName, RegionKind};
 use crate::mcdc::McdcRecord;
 
@@ -29,8 +29,7 @@ use crate::mcdc::McdcRecord;
 /// apply, as llvm-cov applies them to this format (the function list is
 /// never filtered by file name); the others are LCOV's.
 pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl Write) -> std::io::Result<()> {
-    let files: Vec<FileName> =
-        coverage.source_files().into_iter().filter(|&f| !is_ignored(coverage, f, options)).collect();
+    let files = reported_files(coverage, options);
     let mut totals = Summary::default();
     let mut text = String::new();
     let mut data = CoverageData::default();

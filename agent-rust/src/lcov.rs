@@ -107,8 +107,7 @@ pub fn write_to(coverage: &Coverage<'_>, options: &Options, out: &mut impl std::
 
 /// Hands each file's record to `emit`, in file order.
 fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl FnMut(&str)) {
-    let files: Vec<FileName> =
-        coverage.source_files().into_iter().filter(|&f| !is_ignored(coverage, f, options)).collect();
+    let files = reported_files(coverage, options);
     let threads = options.threads.clamp(1, files.len().max(1));
     if threads == 1 {
         let mut out = String::new();
@@ -150,10 +149,12 @@ fn for_each_record(coverage: &Coverage<'_>, options: &Options, mut emit: impl Fn
     });
 }
 
-/// Whether `options` leave `file` out of reports.
-pub fn is_ignored(coverage: &Coverage<'_>, file: FileName, options: &Options) -> bool {
-    let name = coverage.mapping.file_name(file);
-    options.ignore_filename_regex.iter().any(|re| re.is_match(name))
+/// The source files of `coverage` that `options` leave in reports.
+pub fn reported_files(coverage: &Coverage<'_>, options: &Options) -> Vec<FileName> {
+    let files = coverage.source_files();
+    let names = files.iter().map(|&file| coverage.mapping.file_name(file));
+    let ignored = crate::file_pattern::matching(&options.ignore_filename_regex, names);
+    files.into_iter().zip(ignored).filter(|&(_, ignored)| !ignored).map(|(file, _)| file).collect()
 }
 
 /// Appends the record of one file (which must be one of

@@ -18,6 +18,7 @@ pub mod agent;
 mod bytes;
 pub mod coverage;
 pub mod error;
+mod file_pattern;
 pub mod fleet;
 pub mod json_export;
 pub mod lcov;

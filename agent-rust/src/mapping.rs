@@ -18,6 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::bytes::{Bytes, Endian};
 use crate::error::{Error, Result};
+use crate::file_pattern::FilePattern;
 use crate::profile::{self, NameTable, Names};
 
 /// Stored version numbers are zero-based: 3 is LLVM's "Version4".
@@ -53,7 +54,7 @@ pub struct CoverageMapping {
     released: bool,
     /// Files whose functions are not read (see [`leaving_out`](Self::leaving_out)),
     /// and per file of `files`, whether they match.
-    leave_out: Vec<regex_lite::Regex>,
+    leave_out: Vec<FilePattern>,
     left_out: Vec<bool>,
 }
 
@@ -372,7 +373,7 @@ impl CoverageMapping {
     /// matches), and they are most of a Rust service's mapping. Reading
     /// them all first would make a peak of memory that the process keeps.
     pub fn leaving_out(self, ignore: &[regex_lite::Regex]) -> Self {
-        CoverageMapping { leave_out: ignore.to_vec(), ..self }
+        CoverageMapping { leave_out: ignore.iter().map(FilePattern::new).collect(), ..self }
     }
 
     /// Whether a function with these files is left out (see
@@ -385,8 +386,7 @@ impl CoverageMapping {
     /// mapping was read [`leaving_out`](Self::leaving_out), if they are
     /// `ignore`: each name was matched once, as it was interned.
     pub fn files_matching(&self, ignore: &[regex_lite::Regex]) -> Option<&[bool]> {
-        let as_str = regex_lite::Regex::as_str;
-        let same = self.leave_out.iter().map(as_str).eq(ignore.iter().map(as_str));
+        let same = self.leave_out.iter().map(FilePattern::as_str).eq(ignore.iter().map(regex_lite::Regex::as_str));
         same.then_some(&self.left_out[..])
     }
 

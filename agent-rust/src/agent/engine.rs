@@ -1451,7 +1451,7 @@ fn drop_unreported(mapping: &mut CoverageMapping, ignore: &[Regex]) {
 fn ignored_files<'m>(mapping: &'m CoverageMapping, ignore: &[Regex]) -> std::borrow::Cow<'m, [bool]> {
     match mapping.files_matching(ignore) {
         Some(matching) => matching.into(),
-        None => mapping.files.iter().map(|f| ignore.iter().any(|re| re.is_match(f))).collect(),
+        None => crate::file_pattern::matching(ignore, mapping.files.iter().map(String::as_str)).into(),
     }
 }
 
