@@ -11,7 +11,7 @@
 
 use regex_lite::Regex;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct FilePattern {
     regex: Regex,
     /// Its alternatives, when each is a literal.
@@ -20,7 +20,7 @@ pub(crate) struct FilePattern {
 
 /// A literal alternative, and whether it is anchored at the start (`^`)
 /// and at the end (`$`) of the name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Literal {
     text: String,
     start: bool,
@@ -70,20 +70,12 @@ impl Literal {
 /// `\d` or `\<`).
 fn literals(pattern: &str) -> Option<Vec<Literal>> {
     let mut alternatives = Vec::new();
-    let mut current = Literal { text: String::new(), start: false, end: false };
+    let mut current = Literal::default();
     let mut chars = pattern.chars().peekable();
-    let mut at_start = true;
     while let Some(c) = chars.next() {
-        if current.end && c != '|' {
-            return None;
-        }
         match c {
-            '|' => {
-                alternatives.push(std::mem::replace(&mut current, Literal { text: String::new(), start: false, end: false }));
-                at_start = true;
-                continue;
-            }
-            '^' if at_start => current.start = true,
+            '|' => alternatives.push(std::mem::take(&mut current)),
+            '^' if current == Literal::default() => current.start = true,
             '$' if chars.peek().is_none_or(|&next| next == '|') => current.end = true,
             '\\' => match chars.next() {
                 Some(e) if e.is_ascii_punctuation() && !matches!(e, '<' | '>') => current.text.push(e),
@@ -92,7 +84,6 @@ fn literals(pattern: &str) -> Option<Vec<Literal>> {
             '^' | '$' | '.' | '[' | ']' | '(' | ')' | '{' | '}' | '*' | '+' | '?' => return None,
             c => current.text.push(c),
         }
-        at_start = false;
     }
     alternatives.push(current);
     Some(alternatives)
