@@ -117,12 +117,18 @@ EOF
     floor_pid=$!
     wait_for 50 test -S "$1" || { echo "$(basename "$0"): the trivial server did not start" >&2; exit 1; }
 }
-# fetch_ms SOCKET OUT [FIRST]: GET /coverage on SOCKET into OUT; curl's
-# time_total in ms on stdout (and its time to the first byte appended to
-# the file FIRST).
+# fetch_ms SOCKET OUT [FIRST] [REPORT]: GET /coverage on SOCKET into OUT;
+# curl's time_total in ms on stdout (its time to the first byte appended
+# to the file FIRST, and the agent's own time to make the report, from its
+# Server-Timing header, to the file REPORT).
 fetch_ms() {
-    curl -s --max-time 30 --unix-socket "$1" -o "$2" -w '%{time_total} %{time_starttransfer}\n' localhost/coverage |
-        awk -v first="${3:-}" '{ printf "%.3f\n", $1 * 1000; if (first != "") printf "%.3f\n", $2 * 1000 >>first }'
+    curl -s --max-time 30 --unix-socket "$1" -o "$2" -w '%{time_total} %{time_starttransfer} %header{server-timing}\n' \
+        localhost/coverage |
+        awk -v first="${3:-}" -v report="${4:-}" '{
+            printf "%.3f\n", $1 * 1000
+            if (first != "") printf "%.3f\n", $2 * 1000 >>first
+            if (report != "" && split($3, dur, "dur=") == 2) printf "%.3f\n", dur[2] >>report
+        }'
 }
 
 # floor_times SOCKET COUNT GAP_MS [FIRST]: COUNT fetches from serve_file's

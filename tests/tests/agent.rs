@@ -281,6 +281,26 @@ fn the_socket_is_private_and_every_response_names_the_instance() {
 }
 
 #[test]
+fn a_dump_says_how_long_the_agent_took_to_make_it() {
+    let s = start("timing", &[], &[]);
+    let socket = s.socket();
+    // The first dump (cold), then one that updates the last.
+    for n in [10, 20] {
+        assert!(s.get(&format!("/fib?n={n}")).starts_with("HTTP/1.1 200"));
+        let asked = std::time::Instant::now();
+        let r = unix_request(&socket, "GET", "/coverage", &[]);
+        let wall_ms = asked.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(r.status, 200);
+        let timing = r.header("server-timing").expect("a Server-Timing header");
+        let ms: f64 = timing.strip_prefix("report;dur=").and_then(|d| d.parse().ok()).unwrap_or_else(|| panic!("{timing:?}"));
+        // Milliseconds, within what the client waited.
+        assert!(ms > 0.0 && ms <= wall_ms, "{timing:?} for a request of {wall_ms:.3} ms");
+    }
+    // Errors are not reports.
+    assert_eq!(unix_request(&socket, "GET", "/coverage?format=xml", &[]).header("server-timing"), None);
+}
+
+#[test]
 fn bad_clients_and_concurrent_dumps_do_not_hurt_the_service() {
     let s = start("abuse", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
     let socket = s.socket();

@@ -30,7 +30,7 @@
 //!
 //! | request | response |
 //! |---|---|
-//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|profraw\|json\|counters\|mapping]` | `200`, the [`Body`] the service returned (and `Livecov-Mapping` when it names one) |
+//! | `GET /coverage[?test=NAME&reset=1&format=lcov\|profraw\|json\|counters\|mapping]` | `200`, the [`Body`] the service returned (and `Livecov-Mapping` when it names one), with `Server-Timing: report;dur=MS` |
 //! | `POST /reset` | `204` |
 //! | `GET /health` | `200 application/json` |
 //! | any other path | `404` |
@@ -92,6 +92,12 @@ pub const MAX_BLOCKING_THREADS: usize = 4;
 /// Name of the header naming the build mapping of `format=counters` and
 /// `format=mapping` answers (`crate::fleet`).
 pub const MAPPING_HEADER: &str = "livecov-mapping";
+
+/// The header saying how long the agent took to make a report, before
+/// sending it: `report;dur=1.234` (milliseconds, as the W3C Server Timing
+/// header has them). What a client measures beyond it is the transfer and
+/// the client's own time, which the agent cannot make shorter.
+pub const TIMING_HEADER: &str = "server-timing";
 
 /// A report format, from `?format=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -817,7 +823,9 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
     let result = match path {
         "/coverage" => match parse_query(req.uri().query()) {
             Ok(q) => {
+                let started = std::time::Instant::now();
                 let outcome = coverage(&ctx, q).await;
+                let took = format!("report;dur={:.3}", started.elapsed().as_secs_f64() * 1e3);
                 let mut answered = Some(ctx.answered.clone());
                 let result = outcome.map(|(ct, bytes, mapping)| {
                     let mut r = ok(StatusCode::OK, ct, bytes);
@@ -828,6 +836,9 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
                     }
                     if let Some(v) = mapping.and_then(|m| HeaderValue::from_str(&m).ok()) {
                         r.headers_mut().insert(MAPPING_HEADER, v);
+                    }
+                    if let Ok(v) = HeaderValue::from_str(&took) {
+                        r.headers_mut().insert(TIMING_HEADER, v);
                     }
                     r
                 });
