@@ -22,6 +22,7 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
+use livecov::agent::server::{report_time, TIMING_HEADER};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Where an agent (or a sidecar) listens.
@@ -129,6 +130,12 @@ impl Response {
 
     pub fn content_type(&self) -> Option<&str> {
         self.headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+    }
+
+    /// How long the target took to make the answer, as its
+    /// `Server-Timing` says (native and Rust agents).
+    pub fn report_time(&self) -> Option<Duration> {
+        self.headers.get(TIMING_HEADER).and_then(|v| v.to_str().ok()).and_then(report_time)
     }
 }
 

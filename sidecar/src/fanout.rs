@@ -115,6 +115,8 @@ pub struct Fetched {
     pub endpoint: Endpoint,
     pub started: SystemTime,
     pub duration: Duration,
+    /// Of that, the target's own time to make its answer, when it says.
+    pub report_time: Option<Duration>,
     pub attempts: u32,
     pub outcome: Outcome,
 }
@@ -172,6 +174,7 @@ pub async fn fetch_all(
                 endpoint: e.clone(),
                 started: SystemTime::now(),
                 duration: Duration::ZERO,
+                report_time: None,
                 attempts: 1,
                 outcome: Outcome::Failed("internal error while asking this target".into()),
             })
@@ -187,6 +190,7 @@ async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: O
         .timeout(options.timeout)
         .max_body(options.max_body);
     let mut attempts = 0;
+    let mut report_time = None;
     let outcome = loop {
         attempts += 1;
         let result = match ask {
@@ -201,9 +205,13 @@ async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: O
         };
         match result {
             Ok(Answer::Counters(response, mappings)) => {
-                break exact_snapshot(&client, response, &mappings, options.max_body, own, want_meta).await
+                report_time = response.report_time();
+                break exact_snapshot(&client, response, &mappings, options.max_body, own, want_meta).await;
             }
-            Ok(Answer::Coverage(response)) => break snapshot(&client, response, own, want_meta).await,
+            Ok(Answer::Coverage(response)) => {
+                report_time = response.report_time();
+                break snapshot(&client, response, own, want_meta).await;
+            }
             Ok(Answer::Reset(instance)) => break Outcome::Reset { instance },
             Err(e) => {
                 if endpoint.from_dir && matches!(e, ClientError::NoSocket { .. } | ClientError::Refused { .. }) {
@@ -217,7 +225,7 @@ async fn fetch_one(endpoint: Endpoint, ask: &Ask, options: &FetchOptions, own: O
             }
         }
     };
-    Fetched { endpoint, started, duration: clock.elapsed(), attempts, outcome }
+    Fetched { endpoint, started, duration: clock.elapsed(), report_time, attempts, outcome }
 }
 
 enum Answer {

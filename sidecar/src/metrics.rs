@@ -15,6 +15,8 @@ pub struct Metrics {
     pub resolve_errors: AtomicU64,
     /// Sum of target request durations, in microseconds.
     pub dump_micros: AtomicU64,
+    /// Of those, the targets' own time to make their answers.
+    pub report_micros: AtomicU64,
     pub last_round_micros: AtomicU64,
     pub requests: [AtomicU64; ROUTES.len()],
     pub unauthorized: AtomicU64,
@@ -29,13 +31,14 @@ impl Metrics {
         self.requests[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn dump(&self, took: Duration, failed: bool) {
+    pub fn dump(&self, took: Duration, report_time: Option<Duration>, failed: bool) {
         if failed {
             self.dump_errors.fetch_add(1, Ordering::Relaxed);
         } else {
             self.dumps.fetch_add(1, Ordering::Relaxed);
         }
         self.dump_micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.report_micros.fetch_add(report_time.unwrap_or_default().as_micros() as u64, Ordering::Relaxed);
     }
 }
 
@@ -102,6 +105,12 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
         "counter",
         "Time spent in target requests, summed.",
         &[(String::new(), format!("{:.6}", load(&m.dump_micros) as f64 / 1e6))],
+    );
+    metric(
+        "livecov_sidecar_target_report_duration_seconds_total",
+        "counter",
+        "Of that, the time the targets took to make their answers, as their Server-Timing says (native and Rust agents), summed.",
+        &[(String::new(), format!("{:.6}", load(&m.report_micros) as f64 / 1e6))],
     );
     metric(
         "livecov_sidecar_round_duration_seconds",
@@ -189,8 +198,8 @@ mod tests {
         let m = Metrics::default();
         m.request("/coverage");
         m.request("/nope");
-        m.dump(Duration::from_millis(1500), false);
-        m.dump(Duration::from_millis(500), true);
+        m.dump(Duration::from_millis(1500), Some(Duration::from_millis(250)), false);
+        m.dump(Duration::from_millis(500), None, true);
         let g = Gauges {
             running: 1,
             gone: 1,
@@ -208,6 +217,7 @@ mod tests {
             "livecov_sidecar_dumps_total 1\n",
             "livecov_sidecar_dump_errors_total 1\n",
             "livecov_sidecar_dump_duration_seconds_total 2.000000\n",
+            "livecov_sidecar_target_report_duration_seconds_total 0.250000\n",
             "livecov_sidecar_requests_total{route=\"/coverage\"} 1\n",
             "livecov_sidecar_requests_total{route=\"other\"} 1\n",
             "livecov_sidecar_target_up{address=\"http://1.2.3.4:1\",instance=\"a\\\"b\",state=\"running\"} 1\n",

@@ -322,7 +322,7 @@ impl Sidecar {
         let want_meta = Arc::new(move |instance: &str| !known.contains(instance));
         let fetched = fetch_all(&found.endpoints, ask, &self.options, Some(&self.instance), want_meta, None).await;
         for f in &fetched {
-            self.metrics.dump(f.duration, f.error().is_some());
+            self.metrics.dump(f.duration, f.report_time, f.error().is_some());
         }
         self.metrics.rounds.fetch_add(1, Ordering::Relaxed);
         self.metrics.last_round_micros.store(clock.elapsed().as_micros() as u64, Ordering::Relaxed);

@@ -218,6 +218,15 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     let p1_row = rows.iter().find(|r| r["instance"] == i1.as_str()).unwrap();
     assert!(p3_row["group"].is_string() && p3_row["group"] == p1_row["group"], "the exited process in its build's group: {rows:?}");
     assert_eq!(p3_row["runtime"], "rust");
+    // Of the time its requests took, the agents' own, as they said it.
+    let metrics = pod.get("/metrics").text();
+    let total = |name: &str| -> f64 {
+        let value = metrics.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok());
+        value.unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    };
+    let asked = total("livecov_sidecar_dump_duration_seconds_total");
+    let made = total("livecov_sidecar_target_report_duration_seconds_total");
+    assert!(made > 0.0 && made < asked, "{made} s made of {asked} s asked");
 
     // An aggregator over pods merges per instance: the pod answers as one.
     let pod_url = format!("http://{}", pod.addr.unwrap());

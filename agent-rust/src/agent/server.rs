@@ -99,6 +99,17 @@ pub const MAPPING_HEADER: &str = "livecov-mapping";
 /// the client's own time, which the agent cannot make shorter.
 pub const TIMING_HEADER: &str = "server-timing";
 
+/// The value of [`TIMING_HEADER`] for a report made in `took`.
+fn timing(took: Duration) -> String {
+    format!("report;dur={:.3}", took.as_secs_f64() * 1e3)
+}
+
+/// The time a [`TIMING_HEADER`] value says a report took, if it says one.
+pub fn report_time(timing: &str) -> Option<Duration> {
+    let ms: f64 = timing.trim().strip_prefix("report;dur=")?.parse().ok()?;
+    Duration::try_from_secs_f64(ms / 1e3).ok()
+}
+
 /// A report format, from `?format=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Format {
@@ -825,7 +836,7 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
             Ok(q) => {
                 let started = std::time::Instant::now();
                 let outcome = coverage(&ctx, q).await;
-                let took = format!("report;dur={:.3}", started.elapsed().as_secs_f64() * 1e3);
+                let took = timing(started.elapsed());
                 let mut answered = Some(ctx.answered.clone());
                 let result = outcome.map(|(ct, bytes, mapping)| {
                     let mut r = ok(StatusCode::OK, ct, bytes);
@@ -1197,6 +1208,16 @@ mod tests {
         assert!(e.message.contains("lcov, profraw, json"), "{}", e.message);
         for bad in ["reset=yes", "rest=1", "test=a%0Ab", "test=%zz", "test=%ff", "test=a&test=b"] {
             assert_eq!(parse_query(Some(bad)).unwrap_err().status, 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_report_time_is_read_as_it_was_written() {
+        let took = report_time(&timing(Duration::from_micros(1_234_567))).expect("a time");
+        assert_eq!(took, Duration::from_micros(1_234_567));
+        assert_eq!(report_time(" report;dur=0.5 "), Some(Duration::from_micros(500)));
+        for other in ["", "report", "report;dur=", "report;dur=-1", "report;dur=NaN", "report;dur=inf", "cache;dur=1", "report;desc=x"] {
+            assert_eq!(report_time(other), None, "{other:?}");
         }
     }
 
