@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use hyper::body::Bytes;
 
 use crate::client::{self, CoverageQuery, Target};
-use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Mappings, Outcome, Progress};
+use crate::fanout::{fetch_all, report_ms, Ask, FetchOptions, Fetched, Mappings, Outcome, Progress};
 use crate::output::{write_output, write_outputs, Output};
 use crate::path_equivalence::PathEquivalence;
 use livecov::fleet::BuildMapping;
@@ -177,6 +177,8 @@ struct Row {
     bytes: Option<usize>,
     started: SystemTime,
     duration: Duration,
+    /// The target's own time to make its answer, when it says.
+    report_time: Option<Duration>,
     attempts: u32,
     error: Option<String>,
 }
@@ -198,6 +200,7 @@ impl Row {
             "bytes": self.bytes,
             "started": rfc3339(self.started),
             "duration_ms": (self.duration.as_secs_f64() * 1000.0).round() as u64,
+            "report_ms": report_ms(self.report_time),
             "attempts": self.attempts,
             "error": self.error,
         })
@@ -262,6 +265,7 @@ async fn collect(args: Args) -> Result<()> {
             bytes: None,
             started: f.started,
             duration: f.duration,
+            report_time: f.report_time,
             attempts: f.attempts,
             error: None,
         };
@@ -338,6 +342,7 @@ async fn collect(args: Args) -> Result<()> {
             bytes: body.as_ref().map(|b| b.len()),
             started: row_started,
             duration: t0.elapsed(),
+            report_time: None,
             attempts: 1,
             error,
         };

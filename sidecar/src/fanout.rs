@@ -121,6 +121,12 @@ pub struct Fetched {
     pub outcome: Outcome,
 }
 
+/// A target's own time to make its answer ([`Fetched::report_time`]), in
+/// milliseconds to the microsecond, for the manifest and `/targets`.
+pub fn report_ms(report_time: Option<Duration>) -> Option<f64> {
+    report_time.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3)
+}
+
 impl Fetched {
     pub fn error(&self) -> Option<&str> {
         match &self.outcome {

@@ -57,7 +57,7 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::client::{self, CoverageQuery};
 use crate::collect::{parse_seconds, read_counters, read_report, source_json, TargetArgs};
-use crate::fanout::{fetch_all, Ask, FetchOptions, Fetched, Outcome};
+use crate::fanout::{fetch_all, report_ms, Ask, FetchOptions, Fetched, Outcome};
 use crate::live_page::{self, History, Point, SourceRoot};
 use crate::metrics::{self, Gauges, Metrics, SourceGauge, TargetGauge};
 use crate::path_equivalence::PathEquivalence;
@@ -191,6 +191,8 @@ struct TargetRow {
     last_snapshot: Option<SystemTime>,
     last_error: Option<String>,
     last_duration: Option<Duration>,
+    /// Of that, the target's own time to make its answer, when it says.
+    last_report: Option<Duration>,
     dumps: u64,
     errors: u64,
 }
@@ -351,11 +353,13 @@ impl Sidecar {
                     last_snapshot: None,
                     last_error: None,
                     last_duration: None,
+                    last_report: None,
                     dumps: 0,
                     errors: 0,
                 });
                 row.source = f.endpoint.source.clone();
                 row.last_duration = Some(f.duration);
+                row.last_report = f.report_time;
                 match &f.outcome {
                     Outcome::Snapshot { instance, body: answer, meta }
                     | Outcome::Counters { instance, counters: answer, meta, .. } => {
@@ -492,6 +496,7 @@ impl Sidecar {
                     last_snapshot: None,
                     last_error: None,
                     last_duration: None,
+                    last_report: None,
                     dumps: 0,
                     errors: 0,
                 });
@@ -626,6 +631,7 @@ impl Sidecar {
                     last_snapshot: Some(i.taken),
                     last_error: None,
                     last_duration: None,
+                    last_report: None,
                     dumps: 0,
                     errors: 0,
                 };
@@ -662,6 +668,7 @@ impl Sidecar {
                     "last_snapshot_unix": r.last_snapshot.map(unix_secs),
                     "last_error": r.last_error,
                     "last_duration_ms": r.last_duration.map(|d| (d.as_secs_f64() * 1000.0).round() as u64),
+                    "last_report_ms": report_ms(r.last_report),
                     "snapshot_bytes": bytes,
                     "in_merge": bytes.is_some(),
                     "group": group,

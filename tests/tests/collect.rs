@@ -112,6 +112,9 @@ fn per_test_collections_with_reset_attribute_each_tests_lines_to_it() {
         assert!(t["program"].as_str().unwrap().ends_with("/service"), "{t}");
         assert!(t["build_id"].as_str().is_some_and(|b| b.len() >= 16), "{t}");
         assert!(t["duration_ms"].is_u64() && t["started"].is_string() && t["error"].is_null(), "{t}");
+        // The agent's own part of it, as its Server-Timing said.
+        let report_ms = t["report_ms"].as_f64().unwrap_or_else(|| panic!("no report_ms: {t}"));
+        assert!(report_ms > 0.0 && report_ms <= t["duration_ms"].as_f64().unwrap() + 1.0, "{t}");
         assert_eq!(t["file"], format!("instances/{}.profraw", r.instance()).as_str());
         assert_eq!(t["group"], m["groups"][0]["group"], "{t}");
     }

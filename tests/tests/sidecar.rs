@@ -210,6 +210,10 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     };
     assert_eq!(state_of(&i1), ["running"]);
     assert_eq!(state_of(&i2), ["running"]);
+    // What each agent said its last answer took it to make.
+    for row in rows.iter().filter(|r| r["state"] == "running") {
+        assert!(row["last_report_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{row}");
+    }
     assert_eq!(state_of(&i3), ["gone"], "{rows:?}");
     // Killed: its periodic report is in the merge, its last moments are not.
     assert_eq!(state_of(&i4), ["lost"], "{rows:?}");
