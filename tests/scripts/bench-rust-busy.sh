@@ -19,9 +19,10 @@
 # 1. Dumps: BENCH_RUST_BUSY_DUMPS (default 60) `GET /coverage` over the
 #    agent's Unix socket, each BENCH_RUST_BUSY_GAP_MS (default 300) ms after
 #    the last (curl's time_total), p50 and p95: the service under traffic,
-#    then both with their background work only; the agent's CPU time per
-#    dump (the schedstat of its threads, named livecov*); the first (cold)
-#    dump. For mini-redis, curl's floor beside them: its report's bytes
+#    then both with their background work only; of each, the agent's own
+#    time to make the report (its Server-Timing header); the agent's CPU
+#    time per dump (the schedstat of its threads, named livecov*); the
+#    first (cold) dump. For mini-redis, curl's floor beside them: its report's bytes
 #    fetched as often from a trivial server (bench-common.sh's serve_file)
 #    while the same traffic runs against the server without the agent.
 # 2. The peer on the same snapshot: the program held still (the service's
@@ -208,7 +209,9 @@ covfun_bytes() {
 }
 
 # measure_dumps PID SOCKET NAME: $dumps dumps $gap_ms apart into
-# $work/t_NAME, the agent's mean CPU per dump (ns) into $work/cpu_NAME.
+# $work/t_NAME (the agent's own time to make each report, its
+# Server-Timing, into $work/t_NAME.report), the agent's mean CPU per dump
+# (ns) into $work/cpu_NAME.
 # With NAME "busy", also the memory after the 10th dump (rss_10) and, with
 # more dumps 50 ms apart, after the 100th (rss_100), counting the cold one
 # (see at_rss).
@@ -219,9 +222,10 @@ measure_dumps() {
     log "$dumps dumps, ${gap_ms} ms apart ($name)"
     before=$(agent_cpu_ns "$pid")
     : >"$work/t_$name"
+    : >"$work/t_$name.report"
     for _ in $(seq "$dumps"); do
         sleep_ms "$gap_ms"
-        dump "$sock" /dev/null >>"$work/t_$name"
+        fetch_ms "$sock" /dev/null "" "$work/t_$name.report" >>"$work/t_$name"
         n=$((n + 1))
         [ "$n" -eq 10 ] && [ "$name" = busy ] && at_rss rss_10 "$pid"
     done
@@ -298,6 +302,10 @@ same_moment_line() {
     echo "same moment (llvm-cov reports the same from both profraws): $same_moment; the held dump is llvm-cov's report byte for byte: $identical"
 }
 row1() { printf "%-66s %10.2f %10s\n" "$1" "$2" "-"; }
+# report_row NAME: the agent's own time to make the reports of
+# measure_dumps NAME (the rest of a dump is the connection, the request,
+# the transfer and waiting for a CPU).
+report_row() { row "  the agent making the report (its Server-Timing), ms" "$(median <"$work/t_$1.report")" "$(p95 <"$work/t_$1.report")"; }
 ratio() { awk -v label="$1" -v l="$2" -v d="$3" 'BEGIN { printf "%-66s %9.1fx %10s\n", label, l / d, "-" }'; }
 # mem_row POINT LABEL: the readings at POINT (see at_rss, rss_as_with),
 # MiB: VmRSS without and with the agent, what it added, of which anonymous.
@@ -391,6 +399,7 @@ echo "dumps ${gap_ms} ms apart, curl time_total over the Unix socket; peer: llvm
 echo "over the same snapshot, median of $runs; load after: $(load) on $(nproc) CPUs"
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump with the ticker running, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
+report_row busy
 row1 "agent CPU per dump (mean, schedstat of livecov* threads), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
 peer_rows
 ratio "ratio: peer / dump with the ticker (p50)" "$t_llvm" "$p50"
@@ -515,7 +524,9 @@ echo "Unix socket; peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22)
 echo "load after: $(load) on $(nproc) CPUs"
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump under traffic, ticker running, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
+report_row busy
 row "dump with the ticker only, ms ($dumps)" "$p50_ticker" "$(p95 <"$work/t_ticker")"
+report_row ticker
 row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
 row1 "agent CPU per dump with the ticker only (mean), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_ticker")"
 peer_rows
@@ -605,6 +616,7 @@ echo "peer: llvm-profdata merge -sparse + llvm-cov export (LLVM 22) over the sam
 echo "load after: $(load) on $(nproc) CPUs"
 printf "%-66s %10s %10s\n" "what" "p50" "p95"
 row "dump under traffic, ms ($dumps)" "$p50" "$(p95 <"$work/t_busy")"
+report_row busy
 row "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
 row1 "agent CPU per dump under traffic (mean, schedstat of livecov*), ms" "$(awk '{ print $1 / 1e6 }' "$work/cpu_busy")"
 peer_rows
