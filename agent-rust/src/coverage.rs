@@ -1071,16 +1071,32 @@ pub struct LinePlan<'a>(pub &'a [u32]);
 impl<'a> LinePlan<'a> {
     /// Its runs with the slots' `counts`: (first line, lines, count).
     pub fn runs(self, counts: &'a [u64]) -> impl Iterator<Item = (u32, u32, u64)> + 'a {
+        self.runs_by(move |slots| largest(counts, slots))
+    }
+
+    /// Its runs with the slots' `counts` and their counts `before`: (first
+    /// line, lines, count, count before), in one pass over the plan.
+    pub fn runs_with_before(self, counts: &'a [u64], before: &'a [u64]) -> impl Iterator<Item = (u32, u32, u64, u64)> + 'a {
+        self.runs_by(move |slots| (largest(counts, slots), largest(before, slots)))
+            .map(|(line, lines, (count, before))| (line, lines, count, before))
+    }
+
+    /// Its runs: (first line, lines, `count` of the run's slots).
+    fn runs_by<T>(self, count: impl Fn(&[u32]) -> T + 'a) -> impl Iterator<Item = (u32, u32, T)> + 'a {
         let mut words = self.0;
         std::iter::from_fn(move || {
             let [line, sizes, rest @ ..] = words else { return None };
             let (lines, n) = (sizes & 0xffff, (sizes >> 16) as usize);
             let (slots, rest) = rest.split_at(n.min(rest.len()));
             words = rest;
-            let count = slots.iter().map(|&s| counts.get(s as usize).copied().unwrap_or(0)).max().unwrap_or(0);
-            Some((*line, lines, count))
+            Some((*line, lines, count(slots)))
         })
     }
+}
+
+/// The largest of the `counts` of `slots` (0 for none).
+fn largest(counts: &[u64], slots: &[u32]) -> u64 {
+    slots.iter().map(|&s| counts.get(s as usize).copied().unwrap_or(0)).max().unwrap_or(0)
 }
 
 /// Adds a run of `lines` lines from `line` with these `slots` (at most

@@ -447,7 +447,8 @@ pub(crate) fn write_placed_branches(out: &mut String, mut branches: Vec<&PlacedB
 /// The `BRDA` lines of branches summed by place, in place order: each
 /// place's line and its branches' counts summed.
 fn write_summed_branches(out: &mut String, summed: impl Iterator<Item = (u32, u64, u64)>) {
-    for (line, pair, index, count) in summed_branch_lines(summed) {
+    let summed = summed.map(|(line, count, false_count)| (line, [[count, false_count]]));
+    for (line, pair, index, [count]) in summed_branch_lines(summed) {
         out.push_str("BRDA:");
         push_int(out, line);
         out.push(',');
@@ -464,20 +465,24 @@ fn write_summed_branches(out: &mut String, summed: impl Iterator<Item = (u32, u6
 }
 
 /// What each `BRDA` line of branches summed by place says (see
-/// [`write_summed_branches`]): its line, pair and index, and its count
-/// (`None` when neither branch of its pair ran: `-`).
-fn summed_branch_lines(summed: impl Iterator<Item = (u32, u64, u64)>) -> impl Iterator<Item = (u32, u32, u32, Option<u32>)> {
+/// [`write_summed_branches`]): its line, pair and index, and its count by
+/// each of the `N` sums a place has (`None` when neither branch of its
+/// pair ran: `-`). A dump that writes over a record's last text reads its
+/// places' sums as they are and as they were in one pass.
+fn summed_branch_lines<const N: usize>(
+    summed: impl Iterator<Item = (u32, [[u64; 2]; N])>,
+) -> impl Iterator<Item = (u32, u32, u32, [Option<u32>; N])> {
     // The places of a line are its pairs, numbered from 0, and their
     // branches, two each, numbered on from 0 too.
     let (mut last_line, mut pair, mut index) = (None, 0u32, 0u32);
-    summed.flat_map(move |(line, count, false_count)| {
+    summed.flat_map(move |(line, sums)| {
         if last_line != Some(line) {
             (last_line, pair, index) = (Some(line), 0, 0);
         }
         // llvm-cov prints these counts as 32-bit unsigned values.
-        let counts = [count as u32, false_count as u32];
-        let never = counts == [0, 0];
-        let lines = [(line, pair, index, (!never).then_some(counts[0])), (line, pair, index + 1, (!never).then_some(counts[1]))];
+        let counts = sums.map(|[count, false_count]| [count as u32, false_count as u32]);
+        let branch = |b: usize| counts.map(|counts| (counts != [0, 0]).then_some(counts[b]));
+        let lines = [(line, pair, index, branch(0)), (line, pair, index + 1, branch(1))];
         (pair, index) = (pair + 1, index + 2);
         lines
     })

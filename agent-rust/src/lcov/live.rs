@@ -630,7 +630,7 @@ impl Kept {
             return false;
         }
         let mut over = Overwrite { text: da, at: 0 };
-        for ((line, lines, count), (_, _, last)) in LinePlan(a.lines).runs(a.slots).zip(LinePlan(a.lines).runs(slots_before)) {
+        for (line, lines, count, last) in LinePlan(a.lines).runs_with_before(a.slots, slots_before) {
             let mut count_text = itoa::Buffer::new();
             let (count, last_len) = ((count != last).then(|| count_text.format(count).as_bytes()), decimal_len(last));
             // "DA:<line>,"
@@ -642,8 +642,9 @@ impl Kept {
             return false;
         }
         let mut over = Overwrite { text: brda, at: 0 };
-        let places = summed_branch_lines(a.places()).zip(summed_branch_lines(a.places_with(places_before)));
-        for ((line, pair, index, count), (.., last)) in places {
+        let sums = a.place_sums.chunks_exact(2).zip(places_before.chunks_exact(2));
+        let places = a.place_lines.iter().zip(sums).map(|(&line, (now, was))| (line, [[now[0], now[1]], [was[0], was[1]]]));
+        for (line, pair, index, [count, last]) in summed_branch_lines(places) {
             let mut count_text = itoa::Buffer::new();
             let last_len = last.map_or(1, |last| decimal_len(last.into()));
             let count = (count != last).then(|| count.map_or(&b"-"[..], |count| count_text.format(count).as_bytes()));
@@ -698,12 +699,7 @@ fn decimal_len(n: u64) -> usize {
 impl KeptArrays<'_> {
     /// Its places' lines and counts, for [`write_summed_branches`].
     fn places(&self) -> impl Iterator<Item = (u32, u64, u64)> + '_ {
-        self.places_with(self.place_sums)
-    }
-
-    /// Its places' lines with these `sums` (two each), as [`Self::places`].
-    fn places_with<'s>(&'s self, sums: &'s [u64]) -> impl Iterator<Item = (u32, u64, u64)> + 's {
-        self.place_lines.iter().zip(sums.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]))
+        self.place_lines.iter().zip(self.place_sums.chunks_exact(2)).map(|(&line, sums)| (line, sums[0], sums[1]))
     }
 
     /// Where function `k`'s counts are.
