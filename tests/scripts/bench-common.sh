@@ -120,15 +120,18 @@ EOF
 # fetch_ms SOCKET OUT [FIRST] [REPORT]: GET /coverage on SOCKET into OUT;
 # curl's time_total in ms on stdout (its time to the first byte appended
 # to the file FIRST, and the agent's own time to make the report, from its
-# Server-Timing header, to the file REPORT).
+# Server-Timing header, to the file REPORT). A failed request is an error,
+# not a time.
 fetch_ms() {
-    curl -s --max-time 30 --unix-socket "$1" -o "$2" -w '%{time_total} %{time_starttransfer} %header{server-timing}\n' \
-        localhost/coverage |
-        awk -v first="${3:-}" -v report="${4:-}" '{
+    local times
+    times=$(curl -sS --fail --max-time 30 --unix-socket "$1" -o "$2" \
+        -w '%{time_total} %{time_starttransfer} %header{server-timing}\n' localhost/coverage) ||
+        { echo "$(basename "$0"): GET /coverage on $1 failed" >&2; return 1; }
+    awk -v first="${3:-}" -v report="${4:-}" '{
             printf "%.3f\n", $1 * 1000
             if (first != "") printf "%.3f\n", $2 * 1000 >>first
             if (report != "" && split($3, dur, "dur=") == 2) printf "%.3f\n", dur[2] >>report
-        }'
+        }' <<<"$times"
 }
 
 # floor_times SOCKET COUNT GAP_MS [FIRST]: COUNT fetches from serve_file's
