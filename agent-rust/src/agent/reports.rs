@@ -213,6 +213,7 @@ mod tests {
         guard.as_ref().expect("still prepared").rewrite(f.path(), &[b"th", b"ird"]).unwrap();
         drop(guard);
         assert_eq!(std::fs::read(f.path()).unwrap(), b"third");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -227,5 +228,6 @@ mod tests {
         assert!(err.to_string().contains("replaced"), "{err}");
         drop(guard);
         assert_eq!(std::fs::read(f.path()).unwrap(), b"someone else's");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
