@@ -52,7 +52,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioTimer;
 use livecov::agent::connection::{self, authorized, Surface};
-use livecov::agent::server::{parse_query, Format, MAPPING_HEADER};
+use livecov::agent::server::{parse_query, timing, Format, MAPPING_HEADER, TIMING_HEADER};
 use tokio::sync::{watch, Semaphore};
 
 use crate::client::{self, CoverageQuery};
@@ -1058,19 +1058,21 @@ async fn handle(ctx: Arc<Ctx>, tcp: bool, req: Request<Incoming>) -> Resp {
                 Ok(q) => q,
                 Err(e) => return error(e.status, &e.message),
             };
-            match q.format {
+            let started = Instant::now();
+            let answer = match q.format {
                 Format::Lcov | Format::Json => coverage(sc, q.test, q.reset, q.format == Format::Json).await,
                 Format::Counters => counters(sc, q.test, q.reset).await,
                 Format::Mapping => {
                     mapping(sc, req.headers().get(MAPPING_HEADER).and_then(|v| v.to_str().ok()))
                 }
-                _ => error(
+                _ => return error(
                     400,
                     "a sidecar serves merged LCOV (format=lcov or json) and, for an aggregator, the counters \
                      and mapping of its exact group (format=counters, mapping); raw profiles come from each \
                      agent (GET /targets lists them)",
                 ),
-            }
+            };
+            timed(answer, started)
         }
         "/reset" => {
             if let Err(r) = read_body(req.into_body()).await {
@@ -1127,6 +1129,18 @@ async fn coverage(sc: &Sidecar, test: Option<String>, reset: bool, json: bool) -
 async fn merge_now(sc: &Sidecar, entries: Vec<Entry>, test: Option<String>) -> Result<Bytes, Resp> {
     let Ok(_permit) = sc.merges.acquire().await else { return Err(error(503, "shutting down")) };
     merge_entries(entries, test, sc.options.max_body, sc.path_equivalence.clone()).await.map_err(|e| error(500, &e))
+}
+
+/// `r`, if a `200`, with the time it took to make since `started` (as
+/// an agent's: its targets' fetches and their merge), which an aggregator
+/// over this sidecar reads as the agents' (see `client::Response::report_time`).
+fn timed(mut r: Resp, started: Instant) -> Resp {
+    if r.status() == StatusCode::OK {
+        if let Ok(v) = HeaderValue::from_str(&timing(started.elapsed())) {
+            r.headers_mut().insert(TIMING_HEADER, v);
+        }
+    }
+    r
 }
 
 /// `r` with the headers of a merge: instances merged, targets failed.

@@ -197,10 +197,16 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
         &["--dir", cov_arg, "--socket", socket.to_str().unwrap(), "--listen", "127.0.0.1:0", "--poll-interval", "1"],
         Some("pod-secret"),
     );
+    let asked = Instant::now();
     let r = unix_request(&socket, "GET", "/coverage");
+    let wall = asked.elapsed();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(r.header("livecov-instance"), Some(pod.instance.as_str()));
     assert_eq!(r.text(), want);
+    // As an agent, the time it took to make the merge, within the request.
+    let timing = r.header("server-timing").expect("a Server-Timing header");
+    let made = livecov::agent::server::report_time(timing).unwrap_or_else(|| panic!("{timing:?}"));
+    assert!(made > Duration::ZERO && made <= wall, "{timing:?} within {wall:?}");
     assert_eq!(pod.coverage(""), want);
     assert_eq!(tcp_request(pod.addr.unwrap(), "GET", "/coverage", None).status, 401);
 
@@ -240,6 +246,8 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["instance"], pod.instance.as_str());
     assert_eq!(rows[0]["runtime"], "sidecar");
+    // What the pod's sidecar said its merge took it to make.
+    assert!(rows[0]["last_report_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{rows:?}");
     // With --path-equivalence, the files of the checkout are elsewhere in
     // all it serves (it merged the pod's counters exactly), and nothing else changed.
     let root = format!("{}/", livecov_tests::workspace_root().display());

@@ -99,8 +99,9 @@ pub const MAPPING_HEADER: &str = "livecov-mapping";
 /// the client's own time, which the agent cannot make shorter.
 pub const TIMING_HEADER: &str = "server-timing";
 
-/// The value of [`TIMING_HEADER`] for a report made in `took`.
-fn timing(took: Duration) -> String {
+/// The value of [`TIMING_HEADER`] for a report made in `took` (the
+/// agent's and the sidecar's).
+pub fn timing(took: Duration) -> String {
     format!("report;dur={:.3}", took.as_secs_f64() * 1e3)
 }
 
