@@ -565,7 +565,10 @@ impl Record {
                 out.push('\n');
             }
         }
-        for f in &self.functions {
+        // Those with a location first, in the order of their `FN` lines:
+        // read again, a merge's output then lists its functions as it did.
+        let located = self.functions.iter().filter(|f| f.location.is_some());
+        for f in located.chain(self.functions.iter().filter(|f| f.location.is_none())) {
             out.push_str("FNDA:");
             out.push_str(n.format(f.count));
             out.push(',');
@@ -732,7 +735,9 @@ impl<'a> Parser<'a> {
 
     fn line(&mut self, line: &str) -> Result<(), Error> {
         self.line_no += 1;
-        let line = line.strip_suffix('\r').unwrap_or(line);
+        // Every CR that ends it: one left in a name would be written, and
+        // read as a line end by the next reader.
+        let line = line.trim_end_matches('\r');
         // Most lines are DA lines.
         if let Some(rest) = line.strip_prefix("DA:") {
             return self.da(rest);

@@ -135,6 +135,11 @@ fn functions_keep_the_first_line_seen_and_their_order() {
         out.contains("FN:3,late\nFN:7,first\nFN:5,10,fresh\nFNDA:2,late\nFNDA:1,first\nFNDA:0,fresh\nFNF:3\nFNH:2\n"),
         "{out}"
     );
+    // One never given a line comes after those that were, in a merge and
+    // in a merge of it.
+    let out = merged(&["SF:f\nFNDA:1,nowhere\nFN:2,here\nFNDA:1,here\nend_of_record\n"]);
+    assert!(out.contains("FN:2,here\nFNDA:1,here\nFNDA:1,nowhere\n"), "{out}");
+    assert_eq!(merged(&[&out]), out);
     // A function with a location but no FNDA anywhere is a function not run.
     assert!(merged(&["SF:f\nFN:1,g\nend_of_record\n"]).contains("FN:1,g\nFNDA:0,g\nFNF:1\nFNH:0\n"));
 }
@@ -218,6 +223,8 @@ fn other_lines_and_crlf_are_tolerated() {
         merged(&[geninfo]),
         "SF:/x/a.c\nFN:1,main\nFNDA:1,main\nFNF:1\nFNH:1\nDA:1,1\nBRF:0\nBRH:0\nLF:1\nLH:1\nend_of_record\n"
     );
+    // Every CR that ends a line, not only the last: none is left in a name.
+    assert_eq!(merged(&["SF:/x/a.c\r\r\nDA:1,1\r\r\nend_of_record\r\r\n"]), merged(&["SF:/x/a.c\nDA:1,1\nend_of_record\n"]));
 }
 
 #[test]
