@@ -133,7 +133,7 @@ impl Response {
     }
 
     /// How long the target took to make the answer, as its
-    /// `Server-Timing` says (native and Rust agents, sidecars).
+    /// `Server-Timing` says (none from an agent older than it).
     pub fn report_time(&self) -> Option<Duration> {
         self.headers.get(TIMING_HEADER).and_then(|v| v.to_str().ok()).and_then(report_time)
     }

@@ -109,7 +109,7 @@ pub fn render(m: &Metrics, g: &Gauges<'_>) -> String {
     metric(
         "livecov_sidecar_target_report_duration_seconds_total",
         "counter",
-        "Of that, the time the targets took to make their answers, as their Server-Timing says (native and Rust agents, sidecars), summed.",
+        "Of that, the time the targets took to make their answers, as their Server-Timing says, summed.",
         &[(String::new(), format!("{:.6}", load(&m.report_micros) as f64 / 1e6))],
     );
     metric(

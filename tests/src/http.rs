@@ -91,6 +91,21 @@ pub fn get_keeping_the_connection(s: &mut (impl Read + Write), path: &str) -> Re
 }
 
 /// A request on the Unix socket `socket`.
+/// `GET path` (a `/coverage` of any runtime) on the Unix socket: a `200`
+/// that says how long its report took to make (`Server-Timing:
+/// report;dur=<ms>`), more than nothing and no more than the client waited
+/// (an answer in µs or in s would not be).
+pub fn get_report(socket: &Path, path: &str) -> Response {
+    let asked = std::time::Instant::now();
+    let r = unix_request(socket, "GET", path, &[]);
+    let wall_ms = asked.elapsed().as_secs_f64() * 1e3;
+    assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+    let timing = r.header("server-timing").unwrap_or_else(|| panic!("GET {path}: no Server-Timing header"));
+    let ms: f64 = timing.strip_prefix("report;dur=").and_then(|d| d.parse().ok()).unwrap_or_else(|| panic!("{timing:?}"));
+    assert!(ms > 0.0 && ms <= wall_ms, "GET {path}: {timing:?} for a request of {wall_ms:.3} ms");
+    r
+}
+
 pub fn unix_request(socket: &Path, method: &str, path: &str, headers: &[&str]) -> Response {
     exchange(connect_unix(socket), method, path, headers)
 }

@@ -17,7 +17,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use livecov_tests::go::{self, Build};
-use livecov_tests::http::{connect_unix, exchange, parse_response, unix_request, Response};
+use livecov_tests::http::{connect_unix, exchange, get_report, parse_response, unix_request, Response};
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::service::{find_instance, Service};
 use replicas::scratch;
@@ -83,11 +83,10 @@ impl Shop {
         unix_request(&self.socket(), method, path, &[])
     }
 
-    /// `GET /coverage<query>` on the socket; must be a 200.
+    /// `GET /coverage<query>` on the socket; must be a 200 that says how
+    /// long it took.
     fn coverage(&self, query: &str) -> Vec<u8> {
-        let r = self.request("GET", &format!("/coverage{query}"));
-        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
-        r.body
+        get_report(&self.socket(), &format!("/coverage{query}")).body
     }
 
     fn lcov(&self, query: &str) -> String {

@@ -12,7 +12,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use livecov_tests::http::{exchange, unix_request};
+use livecov_tests::http::{exchange, get_report, unix_request};
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::node::{fixture_dir, get, node_instance, node_tool, node_with_hook, span};
 use livecov_tests::service::{scratch, Service};
@@ -41,11 +41,10 @@ fn socket(app: &Service) -> PathBuf {
     app.cov.join("sockets").join(format!("{instance}.sock"))
 }
 
-/// `GET /coverage<query>` on the hook's socket; must be a 200.
+/// `GET /coverage<query>` on the hook's socket; must be a 200 that says
+/// how long it took.
 fn dump(socket: &Path, query: &str) -> String {
-    let r = unix_request(socket, "GET", &format!("/coverage{query}"), &[]);
-    assert_eq!(r.status, 200, "GET /coverage{query}: {}", r.text());
-    r.text()
+    get_report(socket, &format!("/coverage{query}")).text()
 }
 
 fn report(cov: &Path, instance: &str, extension: &str) -> Option<String> {

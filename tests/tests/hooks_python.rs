@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use livecov_tests::http::{exchange, parse_response, unix_request, Response};
+use livecov_tests::http::{exchange, get_report, parse_response, unix_request, Response};
 use livecov_tests::lcov::{file_ending, lines_hit, parse_lcov};
 use livecov_tests::python::{self, Python};
 use livecov_tests::service::{find_instance, scratch};
@@ -239,11 +239,10 @@ impl Script {
         unix_request(&self.socket(), "GET", path, &[])
     }
 
-    /// `GET /coverage<query>` of process `pid`; must be a 200.
+    /// `GET /coverage<query>` of process `pid`; must be a 200 that says how
+    /// long it took.
     fn coverage_of(&self, pid: u32, query: &str) -> String {
-        let r = unix_request(&self.socket_of(pid), "GET", &format!("/coverage{query}"), &[]);
-        assert_eq!(r.status, 200, "GET /coverage{query}: {}", String::from_utf8_lossy(&r.body));
-        r.text()
+        get_report(&self.socket_of(pid), &format!("/coverage{query}")).text()
     }
 
     fn coverage(&self, query: &str) -> String {

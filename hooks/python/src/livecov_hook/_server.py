@@ -240,6 +240,12 @@ def response(
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
+def timing(started: float) -> tuple[str, str]:
+    """The Server-Timing header of a report made since `started` (a
+    `time.perf_counter()`), in milliseconds as every agent writes it."""
+    return ("server-timing", f"report;dur={(time.perf_counter() - started) * 1e3:.3f}")
+
+
 def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
@@ -424,8 +430,9 @@ class Server:
                         (("allow", allowed),))
         try:
             if path == "/coverage":
+                started = time.perf_counter()
                 content_type, body = self._service.coverage(parse_query(query))
-                return response(200, self._instance, content_type, body, keep)
+                return response(200, self._instance, content_type, body, keep, (timing(started),))
             if path == "/health":
                 return response(200, self._instance, "application/json", self._service.health().encode(), keep)
             self._service.reset()
