@@ -6,13 +6,14 @@
 //! with its signals sent while it works, when only a thread that does not
 //! block them could take them. The agent's threads are seen blocking every
 //! asynchronous signal in /proc, and SIGTERM still ends a program that
-//! leaves its signals alone, with its final report.
+//! leaves its signals alone, with its final report; on a full disk too,
+//! where the report it cannot write leaves the last one whole.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -59,8 +60,8 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// A fixture running in `dir`, its standard output read line by line on
-/// a thread of the test (so that every wait has a deadline); killed when
-/// dropped.
+/// a thread of the test (so that every wait has a deadline), its standard
+/// error in `dir/stderr`; killed when dropped.
 struct Running {
     child: Child,
     lines: Receiver<String>,
@@ -86,7 +87,7 @@ impl Running {
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(std::fs::File::create(dir.join("stderr")).expect("create the run's stderr file"));
         if preload {
             command.env("LD_PRELOAD", liblivecov()).env("LIVECOV_DIR", dir.join("cov"));
         }
@@ -101,6 +102,10 @@ impl Running {
             }
         });
         Running { child, lines, printed: Vec::new(), dir: dir.to_owned() }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
     fn pid(&self) -> i32 {
@@ -384,4 +389,72 @@ fn sigterm_still_ends_a_plain_program_with_its_final_report() {
     let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
     assert!(meta.contains("\"state\":\"exited\""), "{meta}");
     assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
+}
+
+/// A tmpfs mounted at a folder while it lives: a disk that fills up (the
+/// tests run as root).
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(at).expect("create the mount point");
+        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).output();
+        let out = out.expect("run mount");
+        assert!(out.status.success(), "mount a tmpfs at {}: {}", at.display(), String::from_utf8_lossy(&out.stderr));
+        SmallDisk(at.to_owned())
+    }
+
+    /// Writes a file until no byte more fits.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut filler = std::fs::File::create(self.0.join("filler")).expect("create the filler");
+        let block = [0u8; 4096];
+        let full = loop {
+            if let Err(e) = filler.write_all(&block) {
+                break e;
+            }
+        };
+        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole() {
+    let dir = scratch("full-disk");
+    let run = dir.join("agent");
+    let disk = SmallDisk::mount(&run.join("cov"), "4m");
+    let mut p = Running::start(&programs().pause, &[], &run, true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
+    p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = p.dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    let reports = cov.join("reports");
+    let report = reports.join(format!("{instance}.lcov"));
+    // A periodic report, written while there was room.
+    let last = wait_for("a periodic report", Duration::from_millis(20), || {
+        std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n"))
+    });
+    disk.fill();
+    let cannot = format!("livecov: cannot write {}: No space left on device", report.display());
+    wait_for("a periodic report refused", Duration::from_millis(20), || p.stderr().contains(&cannot).then_some(()));
+    p.signal(libc::SIGTERM);
+    let status = p.wait().expect("pause ends on SIGTERM with a full disk");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    // The report it could not write is said, and the last one is whole.
+    let stderr = p.stderr();
+    assert!(stderr.lines().all(|l| l.starts_with("livecov: cannot write ") && l.ends_with("No space left on device (os error 28)")), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&report).expect("the last report"), last);
+    let files = parse_lcov(&last);
+    assert!(file_ending(&files, "pause.c").functions.contains_key("main"), "{last}");
+    // Nothing half written left behind, and no socket.
+    let mut left: Vec<String> = std::fs::read_dir(&reports).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, [format!("{instance}.counters"), format!("{instance}.json"), format!("{instance}.lcov")]);
+    assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
+    drop(disk);
 }
