@@ -70,6 +70,7 @@ macro_rules! test_each_fixture {
 
 mod builder;
 mod cli;
+pub mod disk;
 pub mod go;
 pub mod http;
 pub mod lcov;

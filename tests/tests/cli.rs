@@ -7,6 +7,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use livecov_tests::disk::SmallDisk;
 use livecov_tests::lcov::lines_hit;
 use livecov_tests::service::{scratch, Service};
 use livecov_tests::livecov_bin;
@@ -121,6 +122,34 @@ TN:t\nSF:/s/x.rs\nFN:1,f\nFNDA:5,f\nFNF:1\nFNH:1\nDA:1,12\nDA:2,1\nBRDA:1,0,0,-\
 
     // A merged report merges again to itself.
     assert_eq!(String::from_utf8(ok(&["merge", merged.to_str().unwrap()]).stdout).unwrap(), want);
+}
+
+/// On a full disk (a tmpfs filled up), and into a full device: a clear
+/// error, and the last output whole, with nothing beside it.
+#[test]
+fn merge_on_a_full_disk_says_so_and_keeps_the_last_output() {
+    let dir = scratch("cli", "full-disk");
+    let input = dir.join("in.lcov");
+    let records: String = (0..50).map(|i| format!("SF:/s/f{i}.c\nDA:1,{i}\nDA:2,1\nend_of_record\n")).collect();
+    std::fs::write(&input, records).unwrap();
+    let disk = SmallDisk::mount(&dir.join("full"), "64k");
+    let out = dir.join("full/out.lcov");
+    std::fs::write(&out, "the last report\n").unwrap();
+    disk.fill();
+    let stderr = fails(&["merge", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains(&dir.join("full").display().to_string()), "names where: {stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "the last report\n");
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("full")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["filler", "out.lcov"]);
+    drop(disk);
+
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let to_full = Command::new(livecov_bin()).args(["merge", input.to_str().unwrap()]).stdout(full).output().expect("run livecov");
+    let stderr = String::from_utf8_lossy(&to_full.stderr);
+    assert!(!to_full.status.success(), "{stderr}");
+    assert!(stderr.contains("standard output: No space left on device"), "{stderr}");
 }
 
 /// `-o` naming a pipe (or a device such as `/dev/null`) writes into it: a

@@ -13,11 +13,12 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use livecov_tests::disk::SmallDisk;
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::native::{clang19_programs, clean_command, liblivecov};
@@ -389,39 +390,6 @@ fn sigterm_still_ends_a_plain_program_with_its_final_report() {
     let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
     assert!(meta.contains("\"state\":\"exited\""), "{meta}");
     assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
-}
-
-/// A tmpfs mounted at a folder while it lives: a disk that fills up (the
-/// tests run as root).
-struct SmallDisk(PathBuf);
-
-impl SmallDisk {
-    fn mount(at: &Path, size: &str) -> SmallDisk {
-        std::fs::create_dir_all(at).expect("create the mount point");
-        let out = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).output();
-        let out = out.expect("run mount");
-        assert!(out.status.success(), "mount a tmpfs at {}: {}", at.display(), String::from_utf8_lossy(&out.stderr));
-        SmallDisk(at.to_owned())
-    }
-
-    /// Writes a file until no byte more fits.
-    fn fill(&self) {
-        use std::io::Write;
-        let mut filler = std::fs::File::create(self.0.join("filler")).expect("create the filler");
-        let block = [0u8; 4096];
-        let full = loop {
-            if let Err(e) = filler.write_all(&block) {
-                break e;
-            }
-        };
-        assert_eq!(full.raw_os_error(), Some(libc::ENOSPC), "{full}");
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
 }
 
 #[test]
