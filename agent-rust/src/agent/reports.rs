@@ -16,6 +16,7 @@
 
 use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -149,6 +150,18 @@ impl Prepared {
                 path.display()
             )));
         }
+        // Room for all of it first: on a full disk the rewrite is refused
+        // before a byte of the last content is overwritten.
+        let len: u64 = bytes.iter().map(|chunk| chunk.len() as u64).sum();
+        if len > current.len() {
+            let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+            // Safety: fallocate on a descriptor this value owns; it returns
+            // the error number rather than setting errno.
+            match unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, len) } {
+                0 => {}
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
         // Content first, then the length: a reader sees old or new bytes,
         // never a file cut short of what was written.
         let mut at = 0;
@@ -213,6 +226,32 @@ mod tests {
         guard.as_ref().expect("still prepared").rewrite(f.path(), &[b"th", b"ird"]).unwrap();
         drop(guard);
         assert_eq!(std::fs::read(f.path()).unwrap(), b"third");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// On a full disk (a tmpfs filled up; the tests run as root), a longer
+    /// rewrite is refused whole: the last content stays.
+    #[test]
+    fn a_rewrite_in_place_that_does_not_fit_leaves_the_last_content() {
+        use std::io::Write;
+        use std::process::Command;
+        let dir = scratch("full");
+        let disk = dir.join("disk");
+        std::fs::create_dir_all(&disk).unwrap();
+        let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"]).arg(&disk).status();
+        assert!(mounted.is_ok_and(|s| s.success()), "mount a tmpfs at {}", disk.display());
+        let f = InstanceFile::new(disk.join("i.lcov"));
+        f.write(&[b"the last report"]).unwrap();
+        f.prepare().unwrap();
+        let mut filler = File::create(disk.join("filler")).unwrap();
+        while filler.write_all(&[0; 1024]).is_ok() {}
+        let guard = super::super::lock(&f.prepared);
+        let err = guard.as_ref().expect("prepared").rewrite(f.path(), &[&[b'x'; 64 << 10]]).unwrap_err();
+        drop(guard);
+        let left = std::fs::read(f.path()).unwrap();
+        let _ = Command::new("umount").arg("-l").arg(&disk).status();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+        assert_eq!(String::from_utf8_lossy(&left), "the last report");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
