@@ -90,7 +90,6 @@ pub fn get_keeping_the_connection(s: &mut (impl Read + Write), path: &str) -> Re
     response
 }
 
-/// A request on the Unix socket `socket`.
 /// `GET path` (a `/coverage` of any runtime) on the Unix socket: a `200`
 /// that says how long its report took to make (`Server-Timing:
 /// report;dur=<ms>`), more than nothing and no more than the client waited
@@ -106,6 +105,7 @@ pub fn get_report(socket: &Path, path: &str) -> Response {
     r
 }
 
+/// A request on the Unix socket `socket`.
 pub fn unix_request(socket: &Path, method: &str, path: &str, headers: &[&str]) -> Response {
     exchange(connect_unix(socket), method, path, headers)
 }
