@@ -17,7 +17,7 @@ use hyper::body::Bytes;
 
 use crate::client::{self, CoverageQuery, Target};
 use crate::fanout::{fetch_all, report_ms, Ask, FetchOptions, Fetched, Mappings, Outcome, Progress};
-use crate::output::{write_output, write_outputs, Output};
+use crate::output::{reserve, write_output, write_outputs, Output};
 use crate::path_equivalence::PathEquivalence;
 use livecov::fleet::BuildMapping;
 
@@ -221,14 +221,15 @@ async fn collect(args: Args) -> Result<()> {
     let mut discovery = args.targets.discovery(Duration::ZERO)?;
     let instances_dir = args.output.join("instances");
     // Made (and checked writable) first: a reset must not happen when the
-    // result cannot be kept.
+    // result cannot be kept. With a reset, room is kept for the result,
+    // as much as the last collection in the folder took: a reset's counts
+    // are only in the result.
     std::fs::create_dir_all(&instances_dir).with_context(|| format!("cannot create {}", instances_dir.display()))?;
     drop(Output::open(Some(&args.output.join("manifest.json")))?);
-    for e in std::fs::read_dir(&instances_dir).with_context(|| format!("cannot list {}", instances_dir.display()))?.flatten() {
-        if e.file_name().to_str().is_some_and(|n| n.ends_with(".lcov") || n.ends_with(".profraw")) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+    let reserved = match args.reset {
+        true => Some(reserve(&args.output, collection_size(&args.output).max(MIN_RESERVED))?),
+        false => None,
+    };
 
     let started = SystemTime::now();
     let clock = Instant::now();
@@ -375,6 +376,7 @@ async fn collect(args: Args) -> Result<()> {
     }
 
     // Write the instances and their merge.
+    drop(reserved);
     let (merged, profraws) = {
         let inputs: Vec<(String, Bytes)> = texts.iter().map(|(i, b)| (i.clone(), b.clone())).collect();
         let exact = exact.clone();
@@ -406,15 +408,20 @@ async fn collect(args: Args) -> Result<()> {
     for (instance, profraw) in &profraws {
         files.push((instances_dir.join(format!("{}.profraw", file_name_for(instance))), &profraw[..]));
     }
+    let totals = snapshot::totals(&merged);
+    let merged_path = args.output.join("merged.lcov");
+    let merged_text = PathEquivalence::rewrite_lcov(&args.path_equivalence, merged.as_bytes());
+    files.push((merged_path, &merged_text));
+    // All written before any replaces the last collection's, and that
+    // one's other instance files removed after: a collection that cannot
+    // be written (a full disk) leaves the last one whole.
     write_outputs(&files)?;
+    remove_other_instance_files(&instances_dir, &files);
     for r in rows.iter_mut().filter(|r| r.group.is_some()) {
         if !r.instance.as_ref().is_some_and(|i| profraws.contains_key(i)) {
             r.file = None;
         }
     }
-    let totals = snapshot::totals(&merged);
-    let merged_path = args.output.join("merged.lcov");
-    write_output(Some(&merged_path), &PathEquivalence::rewrite_lcov(&args.path_equivalence, merged.as_bytes()))?;
 
     let mut reset_errors = Vec::new();
     if args.reset {
@@ -517,6 +524,30 @@ async fn collect(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The room a collection with a reset keeps at least for its result.
+const MIN_RESERVED: u64 = 64 << 10;
+
+/// The bytes of the collection in `output`: its merge, manifest and
+/// instance files.
+fn collection_size(output: &Path) -> u64 {
+    let size = |path: PathBuf| std::fs::metadata(path).map_or(0, |m| m.len());
+    let instances = std::fs::read_dir(output.join("instances")).into_iter().flatten().flatten();
+    size(output.join("merged.lcov")) + size(output.join("manifest.json")) + instances.map(|e| size(e.path())).sum::<u64>()
+}
+
+/// Removes the instance files (`.lcov`, `.profraw`) of `instances` that
+/// are not among `written`: those of a last collection's instances that
+/// this one does not have.
+fn remove_other_instance_files(instances: &Path, written: &[(PathBuf, &[u8])]) {
+    let Ok(entries) = std::fs::read_dir(instances) else { return };
+    for e in entries.flatten() {
+        let instance_file = e.file_name().to_str().is_some_and(|n| n.ends_with(".lcov") || n.ends_with(".profraw"));
+        if instance_file && !written.iter().any(|(path, _)| *path == e.path()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Each exact instance's counters as a raw profile (what its

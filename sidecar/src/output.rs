@@ -43,6 +43,27 @@ pub fn write_outputs(files: &[(PathBuf, &[u8])]) -> Result<()> {
     Ok(())
 }
 
+/// Room kept on a disk: `len` bytes allocated to a temporary file in
+/// `folder`, given back when dropped. A command that does what it cannot
+/// undo (a collection that resets its targets) keeps room for its result
+/// first, and fails before it on a disk without that room.
+pub struct Reserved {
+    _file: AtomicFile,
+}
+
+pub fn reserve(folder: &Path, len: u64) -> Result<Reserved> {
+    let file = AtomicFile::create(&folder.join("reserved"), Flush::ToKernel)?;
+    let f = file.file.as_ref().expect("an uncommitted file");
+    let len = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
+    // Safety: `f` is an open descriptor of ours. The call returns the
+    // error, it does not set errno.
+    match unsafe { libc::posix_fallocate(std::os::fd::AsRawFd::as_raw_fd(f), 0, len) } {
+        0 => Ok(Reserved { _file: file }),
+        e => Err(std::io::Error::from_raw_os_error(e))
+            .with_context(|| format!("cannot keep {len} bytes in {} for the result", folder.display())),
+    }
+}
+
 /// An output opened before its content is known, so that a command that
 /// cannot write its result fails before doing anything it cannot undo
 /// (such as resetting a target's counters).

@@ -8,6 +8,7 @@ mod replicas;
 
 use std::path::{Path, PathBuf};
 
+use livecov_tests::disk::SmallDisk;
 use replicas::*;
 
 fn read(path: &Path) -> String {
@@ -222,6 +223,66 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     let row = &manifest(&out)["targets"][0];
     assert_eq!(row["state"], "error", "{row}");
     assert!(row["error"].as_str().unwrap().contains("not a livecov counters file"), "{row}");
+}
+
+/// Every file under `dir` (but `filler`), by path from it, with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_owned()];
+    while let Some(folder) = folders.pop() {
+        for e in std::fs::read_dir(&folder).expect("list the folder").map(|e| e.expect("entry")) {
+            if e.file_type().expect("file type").is_dir() {
+                folders.push(e.path());
+            } else if e.file_name() != "filler" {
+                files.push((e.path().strip_prefix(dir).unwrap().to_owned(), std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// A collection onto a full disk fails saying so, and loses nothing: the
+/// last collection in the folder stays whole (its instance files too), no
+/// temporary file is left, and `--reset` resets nothing.
+#[test]
+fn a_collection_onto_a_full_disk_keeps_the_last_one_and_resets_nothing() {
+    let dir = scratch("collect", "full-disk");
+    let cov = dir.join("cov");
+    let live = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    let mut exited = Replica::start("127.0.0.1", None, None, &cov, &[]);
+    live.get("/fib?n=5");
+    exited.get("/primes?limit=10");
+    exited.quit();
+    let cov_arg = cov.to_str().unwrap();
+    let out = dir.join("out");
+    let disk = SmallDisk::mount(&out, "4m");
+    // Each instance's report as its file, and their merge.
+    collect_ok(&["--dir", cov_arg, "--lcov-merge", "-o", out.to_str().unwrap()]);
+    let last = files_under(&out);
+    let last_merged = read(&out.join("merged.lcov"));
+    assert_eq!(instance_files(&out).len(), 2);
+    assert!(lines_hit(&last_merged).len() > 1, "{last_merged}");
+
+    disk.fill();
+    // Without a reset, it fails as it writes; with one, before it resets.
+    for reset in [&[][..], &["--reset"]] {
+        let run = livecov(&[&["collect", "--dir", cov_arg, "--lcov-merge", "-o", out.to_str().unwrap()], reset].concat());
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{stderr}");
+        assert!(stderr.contains("No space left on device"), "{stderr}");
+        assert!(stderr.contains(&out.display().to_string()), "names where: {stderr}");
+        // Nothing of the last collection lost, nothing left beside it.
+        let now = files_under(&out);
+        assert!(now == last, "{reset:?}: the last collection changed: {:?}", now.iter().map(|f| &f.0).collect::<Vec<_>>());
+    }
+    drop(disk);
+
+    // Not reset: the exited process's report is still taken, the live
+    // one's counts are still there.
+    let again = dir.join("again");
+    collect_ok(&["--dir", cov_arg, "--lcov-merge", "-o", again.to_str().unwrap()]);
+    assert_eq!(read(&again.join("merged.lcov")), last_merged);
 }
 
 #[test]
