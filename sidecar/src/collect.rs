@@ -227,7 +227,7 @@ async fn collect(args: Args) -> Result<()> {
     std::fs::create_dir_all(&instances_dir).with_context(|| format!("cannot create {}", instances_dir.display()))?;
     drop(Output::open(Some(&args.output.join("manifest.json")))?);
     let reserved = match args.reset {
-        true => Some(reserve(&args.output, collection_size(&args.output).max(MIN_RESERVED))?),
+        true => Some(reserve(&args.output, collection_size(&args.output))?),
         false => None,
     };
 
@@ -525,9 +525,6 @@ async fn collect(args: Args) -> Result<()> {
     }
     Ok(())
 }
-
-/// The room a collection with a reset keeps at least for its result.
-const MIN_RESERVED: u64 = 64 << 10;
 
 /// The bytes of the collection in `output`: its merge, manifest and
 /// instance files.

@@ -99,8 +99,11 @@ pub struct DumpArgs {
 
 pub fn dump(args: DumpArgs) -> Result<()> {
     let client = args.connection.client()?;
-    // Opened first: a reset must not happen when the result cannot be written.
+    // Opened first, with room kept for a reset's result (its counts are
+    // only in it): a reset must not happen when the result cannot be
+    // written.
     let output = Output::open(args.output.as_deref())?;
+    let reserved = if args.reset { output.reserve()? } else { None };
     if args.format == Format::Profraw && output.is_stdout() && std::io::stdout().is_terminal() {
         bail!("a raw profile is binary: write it to a file with -o OUT.profraw");
     }
@@ -120,6 +123,7 @@ pub fn dump(args: DumpArgs) -> Result<()> {
         response.body.len(),
         if args.reset { ", counters reset" } else { "" }
     );
+    drop(reserved);
     output.commit(&response.body)
 }
 

@@ -51,7 +51,12 @@ pub struct Reserved {
     _file: AtomicFile,
 }
 
+/// At least this much room is kept (see [`reserve`]).
+pub const MIN_RESERVED: u64 = 64 << 10;
+
+/// Keeps `len` bytes (at least [`MIN_RESERVED`]) in `folder`.
 pub fn reserve(folder: &Path, len: u64) -> Result<Reserved> {
+    let len = len.max(MIN_RESERVED);
     let file = AtomicFile::create(&folder.join("reserved"), Flush::ToKernel)?;
     let f = file.file.as_ref().expect("an uncommitted file");
     let len = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
@@ -109,6 +114,15 @@ impl Output {
             }
             _ => Ok(Output::Stdout),
         }
+    }
+
+    /// Keeps room on the disk for a result as long as the last one at
+    /// this path (see [`reserve`]), for a file; nothing for standard output
+    /// or a device.
+    pub fn reserve(&self) -> Result<Option<Reserved>> {
+        let Output::File(file) = self else { return Ok(None) };
+        let folder = file.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        reserve(folder, fs::metadata(&file.path).map_or(0, |m| m.len())).map(Some)
     }
 
     pub fn is_stdout(&self) -> bool {

@@ -277,6 +277,27 @@ fn dump_reset_and_reset_give_per_test_reports_that_merge() {
     assert_eq!(function_count(&s.coverage(""), "handlers.rs", "handlers5hello"), 0);
 }
 
+/// `dump --reset` to a full disk fails before it resets: the counts a
+/// reset takes are only in its result.
+#[test]
+fn dump_reset_onto_a_full_disk_fails_and_resets_nothing() {
+    let s = start("reset-full", &[]);
+    s.get("/fib?n=5");
+    let disk = SmallDisk::mount(&s.dir.join("full"), "64k");
+    let out = s.dir.join("full/out.lcov");
+    std::fs::write(&out, "the last report\n").unwrap();
+    disk.fill();
+    let stderr = fails(&["dump", &socket_arg(&s), "--reset", "-o", out.to_str().unwrap()]);
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(stderr.contains(&s.dir.join("full").display().to_string()), "names where: {stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "the last report\n");
+    let mut names: Vec<String> = std::fs::read_dir(s.dir.join("full")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["filler", "out.lcov"]);
+    drop(disk);
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", FIB), 1, "the counters were reset");
+}
+
 #[test]
 fn tcp_targets_need_the_token() {
     let s = start("tcp", &[("LIVECOV_LISTEN", "127.0.0.1:0"), ("LIVECOV_TOKEN", "s3cret")]);
