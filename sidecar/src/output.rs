@@ -52,7 +52,7 @@ pub struct Reserved {
 }
 
 /// At least this much room is kept (see [`reserve`]).
-pub const MIN_RESERVED: u64 = 64 << 10;
+const MIN_RESERVED: u64 = 64 << 10;
 
 /// Keeps `len` bytes (at least [`MIN_RESERVED`]) in `folder`.
 pub fn reserve(folder: &Path, len: u64) -> Result<Reserved> {
