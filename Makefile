@@ -21,8 +21,7 @@ demo: deps
 bench: deps
 	@tests/scripts/bench.sh
 
-# Fuzz the parsers of untrusted bytes (needs a nightly toolchain and cargo-fuzz;
-# go_coverage, in sidecar/fuzz, is seeded from the Go fixture: see its seed-corpus.sh).
+# Fuzz the parsers of untrusted bytes (needs a nightly toolchain and cargo-fuzz).
 fuzz:
 	agent-rust/fuzz/seed-corpus.py
 	cd agent-rust/fuzz && cargo +nightly fuzz run mapping -- -max_total_time=60
@@ -31,3 +30,5 @@ fuzz:
 	cd agent-rust/fuzz && cargo +nightly fuzz run fleet -- -max_total_time=60
 	sidecar/fuzz/seed-lcov.sh
 	cd sidecar/fuzz && cargo +nightly fuzz run lcov_merge -- -max_total_time=60
+	sidecar/fuzz/seed-corpus.sh
+	cd sidecar/fuzz && cargo +nightly fuzz run go_coverage -- -max_total_time=60

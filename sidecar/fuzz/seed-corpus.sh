@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Seeds corpus/go_coverage with real Go coverage data: the Go fixture
-# service as the tests build it (target/fixtures/go/atomic/shop: run
-# `cargo test -p livecov-tests --test hooks_go` first), a few requests,
-# then its ?format=covdata snapshot, in the layout of
-# fuzz_targets/go_coverage.rs (u32 LE meta-data length, meta-data, counters).
+# service built as the tests build it (target/fixtures/go/atomic/shop, with
+# the Go toolchain of tests/scripts/deps-go.sh), a few requests, then its
+# ?format=covdata snapshot, in the layout of fuzz_targets/go_coverage.rs
+# (u32 LE meta-data length, meta-data, counters).
 #
 # Then: cargo +nightly fuzz run go_coverage -- -max_total_time=60
 set -euo pipefail
@@ -11,7 +11,10 @@ set -euo pipefail
 fuzz=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$fuzz/../.." && pwd)
 shop="$root/target/fixtures/go/atomic/shop"
-[ -x "$shop" ] || { echo "seed-corpus: $shop is missing: cargo test -p livecov-tests --test hooks_go builds it" >&2; exit 1; }
+bash "$root/tests/scripts/deps-go.sh"
+# As tests/src/go.rs builds it (Go's build cache makes it quick when built).
+(cd "$root/fixtures/go/service" && GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod \
+    "$root/target/go-venv/bin/go" build -cover -covermode=atomic -coverpkg=./...,net/http -o "$shop" .)
 
 work=$(mktemp -d)
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$work"' EXIT
