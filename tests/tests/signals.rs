@@ -40,6 +40,7 @@ struct Programs {
     sigsuspend: PathBuf,
     sigwait: PathBuf,
     pause: PathBuf,
+    close_all: PathBuf,
 }
 
 fn programs() -> &'static Programs {
@@ -47,9 +48,10 @@ fn programs() -> &'static Programs {
     BUILT.get_or_init(|| {
         let built = clang19_programs(
             "signals",
-            &[("sigsuspend", "sigsuspend.c"), ("sigwait", "sigwait.c"), ("pause", "pause.c")],
+            &[("sigsuspend", "sigsuspend.c"), ("sigwait", "sigwait.c"), ("pause", "pause.c"), ("close_all", "close_all.c")],
         );
-        Programs { sigsuspend: built[0].clone(), sigwait: built[1].clone(), pause: built[2].clone() }
+        let program = |i: usize| built[i].clone();
+        Programs { sigsuspend: program(0), sigwait: program(1), pause: program(2), close_all: program(3) }
     })
 }
 
@@ -425,4 +427,64 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
     assert_eq!(left, [format!("{instance}.counters"), format!("{instance}.json"), format!("{instance}.lcov")]);
     assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
     drop(disk);
+}
+
+// ---------------------------------------------------------------- a daemon that closes every descriptor
+
+/// User and system CPU time of process `pid`, in clock ticks.
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The files `pid` has open, by the names their descriptors point at.
+fn open_files(pid: i32) -> Vec<String> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's descriptors");
+    let mut files: Vec<String> = fds.flatten().filter_map(|e| std::fs::read_link(e.path()).ok()).map(|t| t.display().to_string()).collect();
+    files.sort();
+    files
+}
+
+/// A daemon that closes every descriptor at start (dnsmasq does) closes
+/// the agent's too, and its next files take their numbers. The agent then
+/// writes to, reads from and closes none of them (its wake-ups are in
+/// memory, and a report file's descriptor is closed only while it still is
+/// that file); it takes no CPU; and SIGTERM still ends the program, by the
+/// signal, with its final report.
+#[test]
+fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_its_final_report() {
+    let dir = scratch("close-all");
+    let mut p = Running::start(&programs().close_all, &[], &dir.join("agent"), true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
+    p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = p.dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    let report = cov.join("reports").join(format!("{instance}.lcov"));
+    wait_for("a periodic report", Duration::from_millis(20), || std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n")));
+
+    p.signal(libc::SIGUSR1);
+    p.expect("opened").unwrap_or_else(|f| panic!("{}", f.what));
+    let data: Vec<String> = (0..16).map(|i| p.dir.join(format!("data-{i}")).display().to_string()).collect();
+    // A second of periodic reports (each one replaces the report files,
+    // whose last descriptors' numbers the program now uses).
+    let before = cpu_ticks(p.pid());
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(p.pid()) - before;
+    let open = open_files(p.pid());
+    assert!(data.iter().all(|d| open.contains(d)), "the program's files are not all open: {open:?}");
+    // Clock ticks are 10 ms: a thread that spun took 100.
+    assert!(used <= 20, "{used} clock ticks of CPU in a second of waiting");
+
+    p.signal(libc::SIGTERM);
+    let status = p.wait().expect("close_all ends on SIGTERM under the agent");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    for d in &data {
+        assert_eq!(std::fs::read_to_string(d).unwrap(), "program\n", "{d} holds what the program wrote, and nothing else");
+    }
+    p.expect_final_report().unwrap_or_else(|f| panic!("{}", f.what));
+    let last = std::fs::read_to_string(&report).expect("the final report");
+    let files = parse_lcov(&last);
+    assert_eq!(file_ending(&files, "close_all.c").functions.get("close_all.c:close_every_descriptor"), Some(&1), "{last}");
+    assert_eq!(p.stderr(), "", "the agent said something");
 }

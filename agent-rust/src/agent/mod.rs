@@ -205,14 +205,8 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         *lock(&PARKED) = Some(std::mem::take(&mut *lock(&agent.engine)));
         return current().ok_or_else(|| "agent disappeared".to_owned());
     }
-    let wake = match process::WakePipe::new() {
-        Ok(wake) => wake,
-        Err(e) => {
-            agent.withdraw();
-            return Err(format!("cannot create a pipe: {e}"));
-        }
-    };
-    // From here a SIGTERM waits in the pipe for the flush thread.
+    let wake = process::Wakeup::new();
+    // From here a SIGTERM waits for the flush thread.
     process::install_signal_handlers();
     if !HOOKS.swap(true, Ordering::AcqRel) {
         process::install_exit_and_fork_hooks(at_exit, before_fork, after_fork_in_child);
@@ -220,7 +214,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
     if !background {
         if let Err(e) = agent.run() {
             agent.withdraw();
-            wake.close();
+            process::close_wakeup();
             return Err(e);
         }
         agent.set_ready();
@@ -282,15 +276,14 @@ impl Agent {
 
     /// The flush thread: periodic reports, the final report on a signal.
     /// Started in the background, it first does what [`Agent::run`] does.
-    fn spawn_flush_thread(&'static self, wake: process::WakePipe, background: bool) -> Result<(), String> {
-        let read = wake.read;
+    fn spawn_flush_thread(&'static self, wake: process::Wakeup, background: bool) -> Result<(), String> {
         let thread = threads::spawn("livecov-flush", move || {
             if background {
                 let started = make_dirs(&self.config).and_then(|()| self.run());
                 if let Err(e) = started {
                     eprintln!("livecov: not started: {e}");
                     self.withdraw();
-                    wake.close();
+                    process::close_wakeup();
                     return;
                 }
                 self.set_ready();
@@ -313,7 +306,7 @@ impl Agent {
                 match wake.wait(timeout) {
                     // `stop` asks the thread to end.
                     Some(0) => {
-                        wake.close();
+                        process::close_wakeup();
                         return;
                     }
                     Some(b) if b == i32::from(WORKED) => {}
@@ -335,7 +328,7 @@ impl Agent {
             }
         })
         .map_err(|e| {
-            process::WakePipe { read }.close();
+            process::close_wakeup();
             format!("cannot start the flush thread: {e}")
         })?;
         *lock(&self.flush_thread) = Some(thread);
@@ -850,7 +843,7 @@ unsafe extern "C" fn after_fork_in_child() {
         files.close_in_child();
     }
     process::forget_claim_in_child();
-    process::close_wake_pipe_in_child();
+    process::close_wakeup();
     let config = parent.config.clone();
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
     if let Err(e) = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into())) {

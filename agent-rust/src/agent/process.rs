@@ -1,97 +1,112 @@
 //! Hooks into the host process: exit, SIGTERM/SIGINT and fork.
 //!
-//! Nothing here runs agent work inside a signal handler: the handler writes
-//! one byte to a pipe that the agent's flush thread waits on. That thread
-//! writes the final report, restores the default action and raises the
-//! signal again, so the process ends with the status the signal gives.
-//! Meanwhile the handler holds the thread it interrupted: were it to return,
-//! the program would go on (`pause`, `sleep`, `poll` return early after a
-//! handler) and might end another way first, e.g. `exit(0)`, which is not
-//! what SIGTERM does to it. Handlers the program installed itself are left
-//! alone.
+//! Nothing here runs agent work inside a signal handler: the handler marks
+//! the signal pending and wakes the agent's flush thread (a futex: no
+//! descriptor, see [`Wakeup`]). That thread writes the final report,
+//! restores the default action and raises the signal again, so the process
+//! ends with the status the signal gives. Meanwhile the handler holds the
+//! thread it interrupted: were it to return, the program would go on
+//! (`pause`, `sleep`, `poll` return early after a handler) and might end
+//! another way first, e.g. `exit(0)`, which is not what SIGTERM does to it.
+//! Handlers the program installed itself are left alone.
 
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-/// Write end of the wake-up pipe, for the signal handler.
-static WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-/// Its read end, for a forked child to close (the flush thread that read
-/// it exists in the parent only).
-static WAKE_READ_FD: AtomicI32 = AtomicI32::new(-1);
+/// Bumped by each wake-up of the flush thread, which waits on it.
+static WAKE_SEQUENCE: AtomicU32 = AtomicU32::new(0);
+/// The wake-ups not yet taken, a bit each (see [`wake_bit`]).
+static WAKE_PENDING: AtomicU64 = AtomicU64::new(0);
+/// Whether a flush thread takes wake-ups.
+static WAKE_OPEN: AtomicBool = AtomicBool::new(false);
 /// Set when the flush thread will not end the process after all (the
 /// program installed a handler of its own meanwhile): the held thread
 /// goes on.
 static RELEASED: AtomicBool = AtomicBool::new(false);
 /// How long the handler holds its thread for the final report, at most;
 /// then the process ends as the signal says, report or not.
-const FINAL_REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const FINAL_REPORT_WAIT: Duration = Duration::from_secs(10);
 
-/// A pipe the flush thread waits on; signal numbers arrive as bytes.
-pub struct WakePipe {
-    pub read: RawFd,
+/// The flush thread's wake-ups: signal numbers, and bytes of the agent's
+/// own (0 asks the thread to end).
+///
+/// Kept in memory, not in a pipe: a daemon that closes every descriptor
+/// at start (dnsmasq does) closed the pipe's two, and reused their numbers
+/// for its own files, which the agent then wrote a byte to and read from,
+/// in a loop that took a CPU. Written here because no crate offers a wait
+/// that a signal handler may end: a futex (`FUTEX_WAKE` is a plain system
+/// call, safe in a handler).
+pub struct Wakeup(());
+
+impl Wakeup {
+    pub fn new() -> Wakeup {
+        WAKE_PENDING.store(0, Ordering::SeqCst);
+        WAKE_OPEN.store(true, Ordering::SeqCst);
+        Wakeup(())
+    }
+
+    /// Waits up to `timeout` (forever when `None`); returns what woke it
+    /// (the thread's end first, then a signal), if anything did.
+    pub fn wait(&self, timeout: Option<Duration>) -> Option<i32> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let seen = WAKE_SEQUENCE.load(Ordering::SeqCst);
+            if let Some(woken) = take_pending() {
+                return Some(woken);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return None;
+            }
+            let left = left.map(|l| libc::timespec { tv_sec: l.as_secs() as libc::time_t, tv_nsec: l.subsec_nanos() as _ });
+            let left_ptr = left.as_ref().map_or(std::ptr::null(), |l| l as *const libc::timespec);
+            // Safety: a wait on our own atomic, with a relative timeout
+            // (or none); it returns at once if the sequence moved.
+            unsafe {
+                libc::syscall(libc::SYS_futex, WAKE_SEQUENCE.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, left_ptr);
+            }
+        }
+    }
 }
 
-impl WakePipe {
-    pub fn new() -> std::io::Result<WakePipe> {
-        let mut fds = [0; 2];
-        // Safety: pipe2 fills two descriptors.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        WAKE_FD.store(fds[1], Ordering::SeqCst);
-        WAKE_READ_FD.store(fds[0], Ordering::SeqCst);
-        Ok(WakePipe { read: fds[0] })
-    }
+/// No flush thread takes wake-ups any longer: it ended, did not start, or
+/// (in a forked child) did not survive the fork.
+pub fn close_wakeup() {
+    WAKE_OPEN.store(false, Ordering::SeqCst);
+}
 
-    /// Waits up to `timeout` (forever when `None`); returns a signal number
-    /// when one arrived.
-    pub fn wait(&self, timeout: Option<std::time::Duration>) -> Option<i32> {
-        let mut pfd = libc::pollfd { fd: self.read, events: libc::POLLIN, revents: 0 };
-        let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
-        // Safety: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if ready <= 0 {
-            return None;
-        }
-        let mut byte = 0u8;
-        // Safety: reads one byte into a local.
-        let n = unsafe { libc::read(self.read, &mut byte as *mut u8 as *mut libc::c_void, 1) };
-        (n == 1).then_some(i32::from(byte))
-    }
+/// A wake-up's bit: signal numbers are below 64, and the agent's own
+/// bytes (0 and 255) do not share one with SIGTERM or SIGINT.
+fn wake_bit(byte: u8) -> u64 {
+    1 << (byte & 63)
+}
 
-    /// Closes both ends, once the thread that waits is done (the signal
-    /// handler no longer writes to it).
-    pub fn close(&self) {
-        let write = WAKE_FD.swap(-1, Ordering::SeqCst);
-        let _ = WAKE_READ_FD.compare_exchange(self.read, -1, Ordering::SeqCst, Ordering::SeqCst);
-        // Safety: our own descriptors, closed once.
-        unsafe {
-            if write >= 0 {
-                libc::close(write);
-            }
-            libc::close(self.read);
-        }
-    }
+/// The most urgent wake-up pending, taken: the end (0), then a signal,
+/// then the agent's own.
+fn take_pending() -> Option<i32> {
+    let pending = WAKE_PENDING.load(Ordering::SeqCst);
+    let byte = match pending {
+        0 => return None,
+        p if p & 1 != 0 => 0,
+        p if p & !wake_bit(255) != 0 => (p & !wake_bit(255)).trailing_zeros() as u8,
+        _ => 255,
+    };
+    WAKE_PENDING.fetch_and(!wake_bit(byte), Ordering::SeqCst);
+    Some(i32::from(byte))
 }
 
 /// Sends `byte` to the flush thread (0 asks it to end). False when there
-/// is no flush thread to wake.
+/// is no flush thread to wake. Safe in a signal handler: atomics and a
+/// system call.
 pub fn wake_flush_thread(byte: u8) -> bool {
-    let fd = WAKE_FD.load(Ordering::SeqCst);
-    // Safety: one byte from a local.
-    fd >= 0 && unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) } == 1
-}
-
-/// In a forked child: the wake-up pipe is the parent's (its flush thread
-/// did not survive the fork); closed before the child makes its own.
-pub fn close_wake_pipe_in_child() {
-    for fd in [WAKE_FD.swap(-1, Ordering::SeqCst), WAKE_READ_FD.swap(-1, Ordering::SeqCst)] {
-        if fd >= 0 {
-            // Safety: the parent's descriptors, copied into this process
-            // by the fork and used by nothing here.
-            unsafe { libc::close(fd) };
-        }
+    if !WAKE_OPEN.load(Ordering::SeqCst) {
+        return false;
     }
+    WAKE_PENDING.fetch_or(wake_bit(byte), Ordering::SeqCst);
+    WAKE_SEQUENCE.fetch_add(1, Ordering::SeqCst);
+    // Safety: wakes the waiters of our own atomic.
+    unsafe { libc::syscall(libc::SYS_futex, WAKE_SEQUENCE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
+    true
 }
 
 /// Lets a thread held in the handler go on (the flush thread will not end
@@ -101,11 +116,7 @@ fn release_held_thread() {
 }
 
 extern "C" fn on_signal(signal: libc::c_int) {
-    let fd = WAKE_FD.load(Ordering::SeqCst);
-    let byte = signal as u8;
-    // Safety: write(2) is async-signal-safe; a full pipe drops the byte,
-    // which only happens if the signal repeats faster than we handle it.
-    if fd < 0 || unsafe { libc::write(fd, &byte as *const u8 as *const libc::c_void, 1) } != 1 {
+    if !wake_flush_thread(signal as u8) {
         end_as_the_signal_would(signal);
         return;
     }

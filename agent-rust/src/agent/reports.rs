@@ -75,10 +75,11 @@ pub struct InstanceFile {
 }
 
 struct Prepared {
-    file: File,
+    /// Closed on drop only while it still is that file (see `id`).
+    file: std::mem::ManuallyDrop<File>,
     /// (device, inode) when opened: the descriptor is only written through
-    /// while it still is that file (a daemon that closes every descriptor
-    /// may have reused its number for one of its own).
+    /// or closed while it still is that file (a daemon that closes every
+    /// descriptor may have reused its number for one of its own).
     id: (u64, u64),
 }
 
@@ -137,7 +138,7 @@ impl Prepared {
         // inherit it.
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
         let meta = file.metadata()?;
-        Ok(Prepared { file, id: (meta.dev(), meta.ino()) })
+        Ok(Prepared { file: std::mem::ManuallyDrop::new(file), id: (meta.dev(), meta.ino()) })
     }
 
     fn rewrite(&self, path: &Path, bytes: &[&[u8]]) -> io::Result<()> {
@@ -170,6 +171,15 @@ impl Prepared {
             at += chunk.len() as u64;
         }
         self.file.set_len(at)
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if self.file.metadata().is_ok_and(|now| (now.dev(), now.ino()) == self.id) {
+            // Safety: dropped once, here, and not used after.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };
+        }
     }
 }
 
