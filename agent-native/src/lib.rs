@@ -22,6 +22,7 @@ use std::time::Instant;
 use engine::agent::{self, Agent, Config};
 
 mod allocator;
+mod close;
 mod own_module;
 mod scratch;
 

@@ -7,7 +7,9 @@
 //! block them could take them. The agent's threads are seen blocking every
 //! asynchronous signal in /proc, and SIGTERM still ends a program that
 //! leaves its signals alone, with its final report; on a full disk too,
-//! where the report it cannot write leaves the last one whole.
+//! where the report it cannot write leaves the last one whole. A daemon
+//! that closes every descriptor at start keeps its files, and the agent
+//! its own.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -447,44 +449,56 @@ fn open_files(pid: i32) -> Vec<String> {
     files
 }
 
-/// A daemon that closes every descriptor at start (dnsmasq does) closes
-/// the agent's too, and its next files take their numbers. The agent then
-/// writes to, reads from and closes none of them (its wake-ups are in
-/// memory, and a report file's descriptor is closed only while it still is
-/// that file); it takes no CPU; and SIGTERM still ends the program, by the
-/// signal, with its final report.
+/// A daemon that closes every descriptor at start (dnsmasq loops `close`
+/// over all of them; others call `close_range` or `closefrom`), and whose
+/// next files take the numbers the agent's had. Under the agent its closes
+/// leave the agent's descriptors open, and its files take other numbers:
+/// the agent still answers dumps, writes to, reads from and closes none of
+/// the program's files, takes no CPU, and SIGTERM still ends the program,
+/// by the signal, with its final report.
 #[test]
-fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_its_final_report() {
+fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
     let dir = scratch("close-all");
-    let mut p = Running::start(&programs().close_all, &[], &dir.join("agent"), true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
-    p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
-    let cov = p.dir.join("cov");
-    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
-    let report = cov.join("reports").join(format!("{instance}.lcov"));
-    wait_for("a periodic report", Duration::from_millis(20), || std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n")));
+    for how in ["loop", "close_range", "closefrom"] {
+        let mut p = Running::start(&programs().close_all, &[how], &dir.join(how), true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
+        p.expect("ready").unwrap_or_else(|f| panic!("{how}: {}", f.what));
+        let cov = p.dir.join("cov");
+        let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+        let report = cov.join("reports").join(format!("{instance}.lcov"));
+        wait_for("a periodic report", Duration::from_millis(20), || std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n")));
+        let agents = open_files(p.pid());
 
-    p.signal(libc::SIGUSR1);
-    p.expect("opened").unwrap_or_else(|f| panic!("{}", f.what));
-    let data: Vec<String> = (0..16).map(|i| p.dir.join(format!("data-{i}")).display().to_string()).collect();
-    // A second of periodic reports (each one replaces the report files,
-    // whose last descriptors' numbers the program now uses).
-    let before = cpu_ticks(p.pid());
-    std::thread::sleep(Duration::from_secs(1));
-    let used = cpu_ticks(p.pid()) - before;
-    let open = open_files(p.pid());
-    assert!(data.iter().all(|d| open.contains(d)), "the program's files are not all open: {open:?}");
-    // Clock ticks are 10 ms: a thread that spun took 100.
-    assert!(used <= 20, "{used} clock ticks of CPU in a second of waiting");
+        p.signal(libc::SIGUSR1);
+        p.expect("opened").unwrap_or_else(|f| panic!("{how}: {}", f.what));
+        let data: Vec<String> = (0..16).map(|i| p.dir.join(format!("data-{i}")).display().to_string()).collect();
+        // A second of periodic reports, each of which replaces the report
+        // files.
+        let before = cpu_ticks(p.pid());
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_ticks(p.pid()) - before;
+        // Clock ticks are 10 ms: a thread that spun took 100.
+        assert!(used <= 20, "{how}: {used} clock ticks of CPU in a second of waiting");
+        let open = open_files(p.pid());
+        assert!(data.iter().all(|d| open.contains(d)), "{how}: the program's files are not all open: {open:?}");
+        // The agent's sockets, runtime and report files are still open.
+        let kept = |f: &&String| f.starts_with("socket:") || f.starts_with("anon_inode:") || f.contains("/cov/reports/");
+        assert_eq!(open.iter().filter(kept).count(), agents.iter().filter(kept).count(), "{how}: {agents:?} then {open:?}");
+        let socket = cov.join("sockets").join(format!("{instance}.sock"));
+        let dump = unix_request(&socket, "GET", "/coverage", &[]);
+        assert_eq!(dump.status, 200, "{how}: {}", dump.text());
+        let files = parse_lcov(&dump.text());
+        assert_eq!(file_ending(&files, "close_all.c").functions.get("close_all.c:close_every_descriptor"), Some(&1), "{how}");
 
-    p.signal(libc::SIGTERM);
-    let status = p.wait().expect("close_all ends on SIGTERM under the agent");
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
-    for d in &data {
-        assert_eq!(std::fs::read_to_string(d).unwrap(), "program\n", "{d} holds what the program wrote, and nothing else");
+        p.signal(libc::SIGTERM);
+        let status = p.wait().expect("close_all ends on SIGTERM under the agent");
+        assert_eq!(status.signal(), Some(libc::SIGTERM), "{how}: {status}");
+        for d in &data {
+            assert_eq!(std::fs::read_to_string(d).unwrap(), "program\n", "{how}: {d} holds what the program wrote, and nothing else");
+        }
+        p.expect_final_report().unwrap_or_else(|f| panic!("{how}: {}", f.what));
+        let last = parse_lcov(&std::fs::read_to_string(&report).expect("the final report"));
+        assert_eq!(file_ending(&last, "close_all.c").functions.get("close_all.c:close_every_descriptor"), Some(&1), "{how}");
+        assert!(!socket.exists(), "{how}: socket left behind");
+        assert_eq!(p.stderr(), "", "{how}: the agent said something");
     }
-    p.expect_final_report().unwrap_or_else(|f| panic!("{}", f.what));
-    let last = std::fs::read_to_string(&report).expect("the final report");
-    let files = parse_lcov(&last);
-    assert_eq!(file_ending(&files, "close_all.c").functions.get("close_all.c:close_every_descriptor"), Some(&1), "{last}");
-    assert_eq!(p.stderr(), "", "the agent said something");
 }

@@ -10,6 +10,7 @@
 
 mod config;
 pub mod connection;
+pub mod descriptors;
 mod engine;
 pub(crate) mod modules;
 mod process;
@@ -837,6 +838,8 @@ extern "C" fn at_exit() {
 /// (leaked): its locks may have been held by threads that no longer exist.
 unsafe extern "C" fn after_fork_in_child() {
     let Some(parent) = current() else { return };
+    // The parent's agent's descriptors are not this child's agent's.
+    descriptors::forget_all();
     // Safety: we are the only thread of a fresh child.
     unsafe { modules::zero_all_known() };
     if let Some(files) = &parent.files {

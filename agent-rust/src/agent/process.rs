@@ -262,6 +262,7 @@ pub fn claim_process() -> Result<(), String> {
             return Ok(());
         }
         CLAIM_FD.store(fd, Ordering::SeqCst);
+        super::descriptors::keep(fd);
     }
     Ok(())
 }
@@ -270,6 +271,7 @@ pub fn claim_process() -> Result<(), String> {
 pub fn release_process() {
     let fd = CLAIM_FD.swap(-1, Ordering::SeqCst);
     if fd >= 0 {
+        super::descriptors::forget(fd);
         // Safety: our own descriptor.
         unsafe { libc::close(fd) };
     }

@@ -138,6 +138,7 @@ impl Prepared {
         // inherit it.
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
         let meta = file.metadata()?;
+        super::descriptors::keep(file.as_raw_fd());
         Ok(Prepared { file: std::mem::ManuallyDrop::new(file), id: (meta.dev(), meta.ino()) })
     }
 
@@ -176,6 +177,7 @@ impl Prepared {
 
 impl Drop for Prepared {
     fn drop(&mut self) {
+        super::descriptors::forget(self.file.as_raw_fd());
         if self.file.metadata().is_ok_and(|now| (now.dev(), now.ino()) == self.id) {
             // Safety: dropped once, here, and not used after.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.file) };

@@ -574,17 +574,24 @@ fn spawn(
     unix: Option<std::os::unix::net::UnixListener>,
     tcp: Option<std::net::TcpListener>,
 ) -> io::Result<(watch::Sender<bool>, JoinHandle<()>)> {
+    let before = super::descriptors::runtime_kinds_open();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .max_blocking_threads(MAX_BLOCKING_THREADS)
         .thread_name("livecov-agent-blocking")
-        .on_thread_start(super::threads::ask_for_short_slices)
+        .on_thread_start(|| {
+            super::descriptors::mark_agent_thread();
+            super::threads::ask_for_short_slices();
+        })
         .on_thread_park({
             let ctx = ctx.clone();
             move || ctx.before_idle()
         })
         .build()?;
+    super::descriptors::keep_runtime_descriptors(&before);
+    unix.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
+    tcp.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
     let thread = super::threads::spawn("livecov-agent", move || {

@@ -34,7 +34,10 @@ where
     F: FnOnce() + Send + 'static,
 {
     let _blocked = BlockedHere::new();
-    std::thread::Builder::new().name(name.to_owned()).spawn(f)
+    std::thread::Builder::new().name(name.to_owned()).spawn(|| {
+        super::descriptors::mark_agent_thread();
+        f()
+    })
 }
 
 /// Lowers the calling thread's scheduling priority (nice 10; on Linux the
