@@ -1,0 +1,211 @@
+//! dnsmasq, a real daemon that closes every descriptor it did not open as
+//! it starts (its `close_fds`: a `close` for each entry of /proc/self/fd),
+//! under `LD_PRELOAD=liblivecov.so`: dnsmasq from Debian's source package
+//! built with clang-19 and coverage (tests/scripts/deps-dnsmasq.sh, which
+//! `make test` runs), started as root (it then runs as nobody). It answers
+//! DNS queries as without the agent; the agent answers dumps, which count
+//! them, and takes no CPU while dnsmasq waits; SIGTERM ends dnsmasq as
+//! without the agent, with its final report.
+
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use livecov_tests::http::unix_request;
+use livecov_tests::lcov::{file_ending, parse_lcov};
+use livecov_tests::native::{clean_command, liblivecov};
+use livecov_tests::service::find_instance;
+use livecov_tests::workspace_root;
+
+/// Longest wait for dnsmasq to answer, or to end after SIGTERM.
+const WITHIN: Duration = Duration::from_secs(20);
+/// The name the tests ask for, and the address dnsmasq answers.
+const NAME: &str = "a.livecov.test";
+const ADDRESS: [u8; 4] = [10, 1, 2, 3];
+/// dnsmasq's function that answers a query from its own data, once a query.
+const ANSWER: &str = "answer_request";
+
+/// dnsmasq as deps-dnsmasq.sh built it (target/dnsmasq/current).
+fn dnsmasq_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = workspace_root().join("target/dnsmasq/current/src/src/dnsmasq");
+        assert!(
+            bin.is_file(),
+            "{} not found: run tests/scripts/deps-dnsmasq.sh (`make test` runs it through install-deps.sh)",
+            bin.display()
+        );
+        bin
+    })
+}
+
+/// A port free for both UDP and TCP on 127.0.0.1 (dnsmasq binds both).
+fn free_port() -> u16 {
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+        let port = udp.local_addr().expect("address").port();
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no port free for both UDP and TCP");
+}
+
+/// The A record of `name` from the DNS server on `port`, if it answers
+/// within a second.
+fn query(port: u16, name: &str) -> Option<[u8; 4]> {
+    let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        packet.push(label.len() as u8);
+        packet.extend_from_slice(label.as_bytes());
+    }
+    packet.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
+    socket.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
+    socket.send_to(&packet, ("127.0.0.1", port)).ok()?;
+    let mut answer = [0u8; 512];
+    let n = socket.recv(&mut answer).ok()?;
+    // No error, one answer, its address last.
+    let ok = n >= 16 && answer[3] & 0x0f == 0 && answer[6..8] == [0, 1];
+    ok.then(|| answer[n - 4..n].try_into().expect("four bytes"))
+}
+
+/// User and system CPU time of process `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// dnsmasq in the foreground, answering `NAME` from its own data; killed
+/// when dropped.
+struct Dnsmasq {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Dnsmasq {
+    fn start(dir: &Path, agent: bool) -> Dnsmasq {
+        std::fs::create_dir_all(dir).expect("create the run's folder");
+        let port = free_port();
+        let mut command: Command = clean_command(dnsmasq_bin());
+        command
+            .args(["--no-daemon", "--bind-interfaces", "--listen-address=127.0.0.1", "--no-resolv", "--no-hosts"])
+            .args(["--conf-file=/dev/null", "--pid-file", "--log-facility=-"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--address=/livecov.test/{}", ADDRESS.map(|b| b.to_string()).join(".")))
+            .current_dir(dir)
+            // Its exit profile is not what is tested (and nobody could not write it here).
+            .env("LLVM_PROFILE_FILE", "/dev/null")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"));
+        if agent {
+            command.env("LD_PRELOAD", liblivecov()).env("LIVECOV_DIR", dir.join("cov"));
+        }
+        let child = command.spawn().expect("start dnsmasq");
+        let mut dnsmasq = Dnsmasq { child, dir: dir.to_owned(), port };
+        let deadline = Instant::now() + WITHIN;
+        while query(port, NAME).is_none() {
+            if let Some(status) = dnsmasq.child.try_wait().expect("wait") {
+                panic!("dnsmasq ended ({status}) before it answered\n{}", dnsmasq.stderr());
+            }
+            assert!(Instant::now() < deadline, "dnsmasq did not answer within {WITHIN:?}\n{}", dnsmasq.stderr());
+        }
+        dnsmasq
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// SIGTERM, and how it ended.
+    fn terminate(&mut self) -> ExitStatus {
+        // Safety: a signal to our own child, not waited for yet.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "dnsmasq still runs {WITHIN:?} after SIGTERM\n{}", self.stderr());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = workspace_root().join("target/tmp/dnsmasq").join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch folder");
+    dir
+}
+
+/// How many times the dump counted dnsmasq's answers, and whether it
+/// counted its `close_fds`.
+fn answers_and_closes(lcov: &str) -> (Option<u64>, Option<u64>) {
+    let files = parse_lcov(lcov);
+    let answers = file_ending(&files, "rfc1035.c").functions.get(ANSWER).copied();
+    (answers, file_ending(&files, "util.c").functions.get("close_fds").copied())
+}
+
+#[test]
+fn dnsmasq_answers_and_the_agent_dumps_after_it_closed_every_descriptor() {
+    // Safety: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "the dnsmasq tests start dnsmasq as root, as CI runs them");
+    let dir = scratch("answers");
+    let plain = {
+        let mut d = Dnsmasq::start(&dir.join("plain"), false);
+        assert_eq!(query(d.port, NAME), Some(ADDRESS));
+        d.terminate()
+    };
+
+    let mut d = Dnsmasq::start(&dir.join("agent"), true);
+    assert_eq!(query(d.port, NAME), Some(ADDRESS));
+    let cov = d.dir.join("cov");
+    let pid = d.child.id();
+    let instance = livecov_tests::wait_for("the agent's socket", Duration::from_millis(20), || find_instance(&cov, "native", pid));
+    let socket = cov.join("sockets").join(format!("{instance}.sock"));
+    let dump = || {
+        let r = unix_request(&socket, "GET", "/coverage", &[]);
+        assert_eq!(r.status, 200, "{}\n{}", r.text(), d.stderr());
+        r.text()
+    };
+    let first = dump();
+    let (answered, closed) = answers_and_closes(&first);
+    assert_eq!(closed, Some(1), "dnsmasq's close_fds ran once, before the dump:\n{first}");
+    let answered = answered.unwrap_or_else(|| panic!("no {ANSWER} in the dump:\n{first}"));
+    assert!(answered >= 2, "{answered} answers counted, at least 2 asked");
+    assert_eq!(query(d.port, NAME), Some(ADDRESS));
+    assert_eq!(answers_and_closes(&dump()).0, Some(answered + 1), "one more query, one more answer");
+
+    // Waiting, dnsmasq and the agent take next to no CPU (clock ticks are
+    // 10 ms; a thread that spun took 100 a second).
+    let before = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(pid) - before;
+    assert!(used <= 20, "{used} clock ticks of CPU in a second of waiting");
+
+    let status = d.terminate();
+    assert_eq!(status.code(), plain.code(), "{status} under the agent, {plain} without");
+    assert_eq!(status.signal(), plain.signal());
+    let reports = cov.join("reports");
+    let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
+    assert!(meta.contains("\"state\":\"exited\""), "{meta}");
+    let last = std::fs::read_to_string(reports.join(format!("{instance}.lcov"))).expect("the final report");
+    assert_eq!(answers_and_closes(&last).0, Some(answered + 1), "{last}");
+    let stderr = d.stderr();
+    assert!(!stderr.contains("livecov"), "the agent said something:\n{stderr}");
+    assert!(!socket.exists(), "socket left behind");
+}
