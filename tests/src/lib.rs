@@ -71,6 +71,7 @@ macro_rules! test_each_fixture {
 mod builder;
 mod cli;
 pub mod disk;
+pub mod dns;
 pub mod go;
 pub mod http;
 pub mod lcov;

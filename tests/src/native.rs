@@ -70,3 +70,11 @@ pub fn clean_command(program: &Path) -> Command {
     }
     command
 }
+
+/// User and system CPU time of process `pid` so far, in clock ticks (10 ms).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
+    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}

@@ -7,16 +7,16 @@
 //! them, and takes no CPU while dnsmasq waits; SIGTERM ends dnsmasq as
 //! without the agent, with its final report.
 
-use std::net::{TcpListener, UdpSocket};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use livecov_tests::dns::{free_dns_port, query_a as query};
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clean_command, liblivecov};
+use livecov_tests::native::{clean_command, cpu_ticks, liblivecov};
 use livecov_tests::service::find_instance;
 use livecov_tests::workspace_root;
 
@@ -42,44 +42,6 @@ fn dnsmasq_bin() -> &'static Path {
     })
 }
 
-/// A port free for both UDP and TCP on 127.0.0.1 (dnsmasq binds both).
-fn free_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("address").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no port free for both UDP and TCP");
-}
-
-/// The A record of `name` from the DNS server on `port`, if it answers
-/// within a second.
-fn query(port: u16, name: &str) -> Option<[u8; 4]> {
-    let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
-    for label in name.split('.') {
-        packet.push(label.len() as u8);
-        packet.extend_from_slice(label.as_bytes());
-    }
-    packet.extend_from_slice(&[0, 0, 1, 0, 1]);
-    let socket = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-    socket.set_read_timeout(Some(Duration::from_secs(1))).expect("timeout");
-    socket.send_to(&packet, ("127.0.0.1", port)).ok()?;
-    let mut answer = [0u8; 512];
-    let n = socket.recv(&mut answer).ok()?;
-    // No error, one answer, its address last.
-    let ok = n >= 16 && answer[3] & 0x0f == 0 && answer[6..8] == [0, 1];
-    ok.then(|| answer[n - 4..n].try_into().expect("four bytes"))
-}
-
-/// User and system CPU time of process `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 /// dnsmasq in the foreground, answering `NAME` from its own data; killed
 /// when dropped.
 struct Dnsmasq {
@@ -91,7 +53,7 @@ struct Dnsmasq {
 impl Dnsmasq {
     fn start(dir: &Path, agent: bool) -> Dnsmasq {
         std::fs::create_dir_all(dir).expect("create the run's folder");
-        let port = free_port();
+        let port = free_dns_port();
         let mut command: Command = clean_command(dnsmasq_bin());
         command
             .args(["--no-daemon", "--bind-interfaces", "--listen-address=127.0.0.1", "--no-resolv", "--no-hosts"])

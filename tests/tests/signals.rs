@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use livecov_tests::disk::SmallDisk;
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clang19_programs, clean_command, liblivecov};
+use livecov_tests::native::{clang19_programs, clean_command, cpu_ticks, liblivecov};
 use livecov_tests::service::find_instance;
 use livecov_tests::{wait_for, workspace_root};
 
@@ -433,14 +433,6 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
 
 // ---------------------------------------------------------------- a daemon that closes every descriptor
 
-/// User and system CPU time of process `pid`, in clock ticks.
-fn cpu_ticks(pid: i32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's stat");
-    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
-}
-
 /// The files `pid` has open, by the names their descriptors point at.
 fn open_files(pid: i32) -> Vec<String> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).expect("the process's descriptors");
@@ -473,9 +465,9 @@ fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
         let data: Vec<String> = (0..16).map(|i| p.dir.join(format!("data-{i}")).display().to_string()).collect();
         // A second of periodic reports, each of which replaces the report
         // files.
-        let before = cpu_ticks(p.pid());
+        let before = cpu_ticks(p.pid() as u32);
         std::thread::sleep(Duration::from_secs(1));
-        let used = cpu_ticks(p.pid()) - before;
+        let used = cpu_ticks(p.pid() as u32) - before;
         // Clock ticks are 10 ms: a thread that spun took 100.
         assert!(used <= 20, "{how}: {used} clock ticks of CPU in a second of waiting");
         let open = open_files(p.pid());

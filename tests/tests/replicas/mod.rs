@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use livecov_tests::http::Response;
+use livecov_tests::dns::free_dns_port;
 use livecov_tests::http::exchange;
 pub use livecov_tests::livecov_bin;
 use livecov_tests::service::{find_instance, service_bin, Service};
@@ -50,18 +51,6 @@ pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 /// A TCP port free on 127.0.0.1 now (and, in practice, on 127.0.0.N).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
-}
-
-/// A port free for both UDP and TCP on 127.0.0.1 (for the DNS server).
-fn free_dns_port() -> u16 {
-    for _ in 0..50 {
-        let udp = UdpSocket::bind("127.0.0.1:0").expect("bind udp");
-        let port = udp.local_addr().expect("address").port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port for the DNS server");
 }
 
 // ---------------------------------------------------------------- HTTP
