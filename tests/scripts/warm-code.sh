@@ -146,8 +146,15 @@ log "$(wc -l <"$work/warm") functions ran in warm dumps"
 # work, and while it waits: first, in one run of pages, the only one that
 # then stays mapped. Found with `perf record -e page-faults -d` on that
 # thread after a dump, each function that faulted added in turn; tokio's
-# and mio's own functions whole (55 KiB).
+# and mio's own functions whole (55 KiB). With them, what the program's
+# own threads run of the library between dumps: the close calls the shim
+# answers (agent-native/src/close.rs), and the list of the agent's
+# descriptors they read.
 idle=(
+    'close'
+    'close_range'
+    'closefrom'
+    '_ZN7livecov5agent11descriptors*'
     '_ZN7livecov10own_module18release_code_pages17h*'
     '_ZN7livecov5agent6server5spawn28_$u7b$$u7b$closure$u7d$$u7d$17h*'
     '_ZN3std3sys9backtrace28__rust_begin_short_backtrace17h*'
@@ -175,7 +182,8 @@ out="$root/agent-native/warm-code.ld"
    by side in fewer runs: spread over the library's code, the 0.5 MiB that
    warm dumps run mapped 1.2 MiB of it on redis under traffic; side by
    side, 0.8 MiB. First comes what the server's thread runs after giving
-   the code back, the one run that stays between dumps (108 KiB on redis).
+   the code back, the one run that stays between dumps (108 KiB on redis),
+   and what the program's own threads run of the library (the close calls).
    Functions are matched by their names without hashes (all the instances
    of a generic one), in any `.text.*` section (LLVM puts those it deems
    cold in `.text.unlikely.`). */
