@@ -33,6 +33,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// As the C library's `close_range`.
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    descriptors::wait_for_start();
     if descriptors::on_agent_thread() || first > last {
         // Safety: the caller's call, passed on.
         return unsafe { libc::syscall(libc::SYS_close_range, first, last, flags) as c_int };

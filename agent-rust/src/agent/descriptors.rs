@@ -18,13 +18,22 @@
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// Room for the agent's descriptors: a socket or two, a claim, three report
 /// files, and a runtime's three.
 pub const SLOTS: usize = 32;
 
 static OWN: [AtomicI32; SLOTS] = [const { AtomicI32::new(-1) }; SLOTS];
+
+/// Whether the agent is starting in the background (from the C shim's
+/// constructor), making descriptors not listed yet: the program's closes
+/// wait for it (see [`wait_for_start`]).
+static STARTING: AtomicBool = AtomicBool::new(false);
+
+/// How long a program's close waits for the agent's start, at most.
+const START_WAIT_STEPS: u32 = 20_000;
+const START_WAIT_STEP_NS: libc::c_long = 100_000;
 
 thread_local! {
     /// Whether this thread is one of the agent's.
@@ -94,11 +103,39 @@ pub fn mark_agent_thread() {
     AGENT_THREAD.with(|t| t.set(true));
 }
 
+/// Says that the agent starts in the background (`true`), or is done
+/// starting, listening or not (`false`).
+pub fn starting(on: bool) {
+    STARTING.store(on, Ordering::SeqCst);
+}
+
+/// On a program's thread, while the agent starts in the background: waits
+/// until it is done (a few milliseconds; 2 s at most). A daemon closes
+/// every descriptor as its `main` begins, while the agent's thread makes
+/// its socket, runtime and files, and lists them only once made: dnsmasq
+/// closed the listing of /proc/self/fd the agent was reading, and the
+/// agent did not start. Safe in a signal handler (`nanosleep`).
+pub fn wait_for_start() {
+    if !STARTING.load(Ordering::SeqCst) || on_agent_thread() {
+        return;
+    }
+    let step = libc::timespec { tv_sec: 0, tv_nsec: START_WAIT_STEP_NS };
+    for _ in 0..START_WAIT_STEPS {
+        if !STARTING.load(Ordering::SeqCst) {
+            return;
+        }
+        // Safety: nanosleep with a valid timespec.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+    }
+}
+
 /// Whether a close of `fd` by the calling thread may go ahead: any
 /// descriptor but the agent's, and the agent's on its own threads (then
-/// taken off the list first). Safe in a signal handler and after a fork:
-/// atomics and a thread-local flag.
+/// taken off the list first); once the agent started (see
+/// [`wait_for_start`]). Safe in a signal handler and after a fork:
+/// atomics, a thread-local flag and `nanosleep`.
 pub fn may_close(fd: RawFd) -> bool {
+    wait_for_start();
     if !is_own(fd) {
         return true;
     }

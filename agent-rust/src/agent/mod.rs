@@ -220,6 +220,10 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         }
         agent.set_ready();
     }
+    if background {
+        // Until it is done (`set_ready`), the program's closes wait.
+        descriptors::starting(true);
+    }
     if let Err(e) = agent.spawn_flush_thread(wake, background) {
         agent.withdraw();
         return Err(e);
@@ -352,6 +356,7 @@ impl Agent {
     }
 
     fn set_ready(&self) {
+        descriptors::starting(false);
         *lock(&self.ready.0) = true;
         self.ready.1.notify_all();
     }
