@@ -200,6 +200,7 @@ fn dnsmasq_as_a_daemon_answers_and_its_agent_dumps() {
         let stderr = || std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
         assert!(status.success(), "dnsmasq: {status}\n{}", stderr());
         let pid: u32 = std::fs::read_to_string(&pid_file).expect("dnsmasq's pid file").trim().parse().expect("a pid");
+        let daemon = Daemon(pid);
         let answered = livecov_tests::wait_for("an answer", Duration::from_millis(20), || query(port, NAME));
         assert_eq!(answered, ADDRESS);
         let cov = dir.join("cov");
@@ -212,13 +213,30 @@ fn dnsmasq_as_a_daemon_answers_and_its_agent_dumps() {
         let answers = answers_and_closes(&r.text()).0;
         assert!(answers.is_some_and(|a| a >= 1), "run {run}: {answers:?} answers counted");
 
-        // Safety: a signal to the daemon, whose pid it wrote.
-        assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+        daemon.signal(libc::SIGTERM);
         livecov_tests::wait_for("the daemon's end", Duration::from_millis(20), || {
             (!Path::new(&format!("/proc/{pid}")).exists()).then_some(())
         });
         let meta = std::fs::read_to_string(cov.join("reports").join(format!("{instance}.json"))).expect("the metadata");
         assert!(meta.contains("\"state\":\"exited\""), "run {run}: {meta}");
         assert!(!stderr().contains("livecov"), "run {run}: the agent said something:\n{}", stderr());
+    }
+}
+
+/// A daemon (not the test's child), killed when dropped: a test that
+/// fails leaves none running.
+struct Daemon(u32);
+
+impl Daemon {
+    fn signal(&self, signal: i32) {
+        // Safety: a signal to the daemon, whose pid it wrote.
+        assert_eq!(unsafe { libc::kill(self.0 as i32, signal) }, 0, "signal {signal} to dnsmasq {}", self.0);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Safety: as above; no process left, nothing done.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
     }
 }
