@@ -23,6 +23,7 @@ use engine::agent::{self, Agent, Config};
 
 mod allocator;
 mod close;
+mod exit;
 mod own_module;
 mod scratch;
 

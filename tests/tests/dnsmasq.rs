@@ -182,7 +182,8 @@ fn dnsmasq_answers_and_the_agent_dumps_after_it_closed_every_descriptor() {
 /// dnsmasq as a daemon (its default): it closes every descriptor first
 /// thing in `main`, while the agent is still starting in the background,
 /// then forks into the background. The daemon's agent answers dumps, and
-/// SIGTERM ends the daemon with its final report. Three starts: before
+/// SIGTERM ends the daemon with its final report; the processes of its
+/// start, which end with `_exit`, leave theirs. Three starts: before
 /// the program's closes waited for the agent's start, the agent lost the
 /// race with dnsmasq's in one of four starts by hand (`close_all
 /// at-start` of signals.rs loses it more often).
@@ -219,6 +220,15 @@ fn dnsmasq_as_a_daemon_answers_and_its_agent_dumps() {
         });
         let meta = std::fs::read_to_string(cov.join("reports").join(format!("{instance}.json"))).expect("the metadata");
         assert!(meta.contains("\"state\":\"exited\""), "run {run}: {meta}");
+        // Every process of its start (they end with `_exit`) left its final
+        // report: together they count its close_fds once.
+        let reports: Vec<PathBuf> = std::fs::read_dir(cov.join("reports")).expect("the reports").flatten().map(|e| e.path()).collect();
+        let metadata = reports.iter().filter(|p| p.extension().is_some_and(|e| e == "json"));
+        let states: Vec<String> = metadata.map(|p| std::fs::read_to_string(p).unwrap_or_default()).collect();
+        assert!(states.len() > 1 && states.iter().all(|m| m.contains("\"state\":\"exited\"")), "run {run}: {states:#?}");
+        let lcov = reports.iter().filter(|p| p.extension().is_some_and(|e| e == "lcov"));
+        let closes: u64 = lcov.map(|p| answers_and_closes(&std::fs::read_to_string(p).unwrap_or_default()).1.unwrap_or(0)).sum();
+        assert_eq!(closes, 1, "run {run}: close_fds counted in the final reports");
         assert!(!stderr().contains("livecov"), "run {run}: the agent said something:\n{}", stderr());
     }
 }

@@ -889,7 +889,7 @@ fn the_header_is_plain_c_and_cpp() {
 }
 
 #[test]
-fn only_the_c_api_and_the_close_calls_are_exported_and_the_library_is_small() {
+fn only_the_c_api_and_the_c_library_calls_it_answers_are_exported_and_the_library_is_small() {
     use object::{Object, ObjectSection, ObjectSymbol};
     let so = &shim().so;
     let bytes = std::fs::read(so).expect("read liblivecov.so");
@@ -910,11 +910,12 @@ fn only_the_c_api_and_the_close_calls_are_exported_and_the_library_is_small() {
         })
         .collect();
     // And the C library's close calls, which it answers so that a program
-    // that closes every descriptor leaves the agent's open.
-    declared.extend(["close", "close_range", "closefrom"].map(String::from));
+    // that closes every descriptor leaves the agent's open, and its `_exit`
+    // calls, so that a process that ends with them leaves its final report.
+    declared.extend(["close", "close_range", "closefrom", "_exit", "_Exit"].map(String::from));
     declared.sort();
     declared.dedup();
-    assert_eq!(exported, declared, "liblivecov.so exports exactly the functions of livecov.h and the close calls");
+    assert_eq!(exported, declared, "liblivecov.so exports exactly the functions of livecov.h, the close calls and _exit");
     let size = bytes.len();
     eprintln!("liblivecov.so: {size} bytes ({:.2} MiB)", size as f64 / (1024.0 * 1024.0));
     assert!(size < 4 << 20, "liblivecov.so grew to {size} bytes");

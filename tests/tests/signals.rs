@@ -9,7 +9,8 @@
 //! leaves its signals alone, with its final report; on a full disk too,
 //! where the report it cannot write leaves the last one whole. A daemon
 //! that closes every descriptor at start keeps its files, and the agent
-//! its own.
+//! its own. A daemon whose processes end with `_exit` (after each fork of
+//! its start, and in its SIGTERM handler) leaves each one's final report.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -43,6 +44,7 @@ struct Programs {
     sigwait: PathBuf,
     pause: PathBuf,
     close_all: PathBuf,
+    daemonize: PathBuf,
 }
 
 fn programs() -> &'static Programs {
@@ -50,10 +52,22 @@ fn programs() -> &'static Programs {
     BUILT.get_or_init(|| {
         let built = clang19_programs(
             "signals",
-            &[("sigsuspend", "sigsuspend.c"), ("sigwait", "sigwait.c"), ("pause", "pause.c"), ("close_all", "close_all.c")],
+            &[
+                ("sigsuspend", "sigsuspend.c"),
+                ("sigwait", "sigwait.c"),
+                ("pause", "pause.c"),
+                ("close_all", "close_all.c"),
+                ("daemonize", "daemonize.c"),
+            ],
         );
         let program = |i: usize| built[i].clone();
-        Programs { sigsuspend: program(0), sigwait: program(1), pause: program(2), close_all: program(3) }
+        Programs {
+            sigsuspend: program(0),
+            sigwait: program(1),
+            pause: program(2),
+            close_all: program(3),
+            daemonize: program(4),
+        }
     })
 }
 
@@ -499,4 +513,80 @@ fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
         assert!(!socket.exists(), "{how}: socket left behind");
         assert_eq!(p.stderr(), "", "{how}: the agent said something");
     }
+}
+
+// ---------------------------------------------------------------- a daemon that ends its processes with _exit
+
+/// Kills a process that is not the test's child (a daemon) when dropped.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // Safety: a signal to the daemon this test started.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// Whether `pid` ended (gone, or a zombie no one reaped yet).
+fn ended(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')))
+}
+
+/// The metadata of every instance in `cov`, by pid: its instance and state.
+fn instances(cov: &Path) -> BTreeMap<u64, (String, String)> {
+    let entries = std::fs::read_dir(cov.join("reports")).into_iter().flatten().flatten();
+    let metadata = entries.filter(|e| e.path().extension().is_some_and(|x| x == "json"));
+    metadata
+        .filter_map(|e| serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+        .filter_map(|m| Some((m["pid"].as_u64()?, (m["instance"].as_str()?.to_owned(), m["state"].as_str()?.to_owned()))))
+        .collect()
+}
+
+/// A daemon's start: its first process forks and `_exit`s, the second
+/// `setsid`s, forks and `_exit`s, and the daemon's SIGTERM handler ends it
+/// with `_exit(7)`; a `vfork` child of the daemon `_exit`s too. `_exit`
+/// runs no `atexit` hook: each of the three processes still leaves its
+/// final report (what it ran, since the fork that made it), the `vfork`
+/// child none, and no socket is left.
+#[test]
+fn a_daemon_whose_processes_end_with_exit_leaves_each_ones_final_report() {
+    let run = scratch("daemonize");
+    let mut p = Running::start(&programs().daemonize, &[], &run, true, &[]);
+    let cov = run.join("cov");
+    let first = p.pid() as u64;
+    let status = p.wait().expect("the first process ends at once");
+    assert_eq!(status.code(), Some(0), "the first process: {status}");
+    let line = p.lines.recv_timeout(STEP).expect("the daemon's pid");
+    let daemon: i32 = line.strip_prefix("daemon ").and_then(|pid| pid.parse().ok()).unwrap_or_else(|| panic!("printed {line:?}"));
+    let guard = KillOnDrop(daemon);
+    p.expect("vfork 3").unwrap_or_else(|f| panic!("{}", f.what));
+    p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
+    wait_for("the daemon's agent", Duration::from_millis(10), || find_instance(&cov, "native", daemon as u32));
+    let started = wait_for("the three instances", Duration::from_millis(10), || {
+        let all = instances(&cov);
+        (all.len() == 3 && all.values().filter(|(_, state)| state == "exited").count() == 2).then_some(all)
+    });
+    assert!(started.contains_key(&first) && started.contains_key(&(daemon as u64)), "{started:?}");
+    let counts = |pid: u64| {
+        let (instance, _) = &instances(&cov)[&pid];
+        let report = std::fs::read_to_string(cov.join("reports").join(format!("{instance}.lcov"))).unwrap_or_default();
+        assert!(report.ends_with("end_of_record\n"), "pid {pid}: no final report: {report:?}");
+        let files = parse_lcov(&report);
+        let functions = &file_ending(&files, "daemonize.c").functions;
+        let count = |f: &str| functions.get(&format!("daemonize.c:{f}")).copied().unwrap_or_else(|| panic!("no {f} in {functions:?}"));
+        ["first_stage", "second_stage", "daemon_stage", "on_term"].map(count)
+    };
+    let second = *started.keys().find(|&&pid| pid != first && pid != daemon as u64).expect("the second process");
+    assert_eq!(counts(first), [1, 0, 0, 0], "the first process's report");
+    assert_eq!(counts(second), [0, 1, 0, 0], "the second process's report");
+
+    // Safety: a signal to the daemon this test started.
+    assert_eq!(unsafe { libc::kill(daemon, libc::SIGTERM) }, 0);
+    wait_for("the daemon to end", Duration::from_millis(10), || ended(daemon).then_some(()));
+    drop(guard);
+    assert_eq!(instances(&cov)[&(daemon as u64)].1, "exited", "the daemon's metadata");
+    assert_eq!(counts(daemon as u64), [0, 0, 1, 1], "the daemon's report");
+    let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("the sockets folder").flatten().map(|e| e.file_name()).collect();
+    assert!(sockets.is_empty(), "sockets left behind: {sockets:?}");
+    assert_eq!(p.stderr(), "", "the agent said something");
 }

@@ -42,6 +42,9 @@ static PARKED: Mutex<Option<Engine>> = Mutex::new(None);
 pub struct Agent {
     config: Config,
     instance: String,
+    /// The process it runs in: a `vfork` child shares its memory, not its
+    /// exit.
+    pid: u32,
     started: SystemTime,
     clock: Instant,
     /// The configured ignore pattern and the agent's own sources, compiled
@@ -81,6 +84,9 @@ pub const REST_AFTER: Duration = Duration::from_secs(1);
 /// The byte that tells the flush thread the engine worked (not a signal
 /// number, nor 0, which asks it to end).
 const WORKED: u8 = 255;
+/// The byte that asks the flush thread for the final report of a thread in
+/// `_exit` (below 64, as signal numbers, but not one the agent handles).
+const EXITING: u8 = 62;
 
 /// Starts the agent as the environment says (`LIVECOV_DIR`,
 /// `LIVECOV_LISTEN`, ...). Does nothing when neither is set, and nothing the
@@ -174,6 +180,26 @@ pub fn current() -> Option<&'static Agent> {
     (!agent.is_null()).then(|| unsafe { &*agent })
 }
 
+/// The final report of a process about to end with `_exit`, which runs no
+/// `atexit` hook: written by the flush thread while the calling thread
+/// waits (10 s at most), as on SIGTERM. Daemons end so the processes they
+/// start as (after each fork of their start, the parent `_exit`s), and so
+/// do signal handlers (`_exit` is safe in one), forked workers and the
+/// children of pre-fork servers. The C shim calls it in its `_exit`; a
+/// Rust program that calls `libc::_exit` may call it first.
+///
+/// Does nothing in a process that is not the agent's (a `vfork` child,
+/// which shares the agent's memory), on the agent's own threads, or once
+/// the final report is written.
+pub fn finish_before_exit() {
+    let Some(agent) = current() else { return };
+    // Safety: getpid cannot fail.
+    let own = agent.pid == unsafe { libc::getpid() } as u32;
+    if own && !descriptors::on_agent_thread() && !agent.finished.load(Ordering::Acquire) {
+        process::wait_for_final_report(EXITING);
+    }
+}
+
 fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
     if !background {
         make_dirs(&config)?;
@@ -187,6 +213,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         ignore: std::sync::OnceLock::new(),
         files: config.dir.as_deref().map(|dir| reports::InstanceFiles::new(dir, &instance)),
         instance,
+        pid: std::process::id(),
         config,
         started: SystemTime::now(),
         clock: Instant::now(),
@@ -315,6 +342,10 @@ impl Agent {
                         return;
                     }
                     Some(b) if b == i32::from(WORKED) => {}
+                    Some(b) if b == i32::from(EXITING) => {
+                        self.finish("exited");
+                        process::final_report_written();
+                    }
                     Some(signal) => {
                         self.finish("exited");
                         process::reraise(signal);

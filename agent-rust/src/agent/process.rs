@@ -1,4 +1,4 @@
-//! Hooks into the host process: exit, SIGTERM/SIGINT and fork.
+//! Hooks into the host process: exit, `_exit`, SIGTERM/SIGINT and fork.
 //!
 //! Nothing here runs agent work inside a signal handler: the handler marks
 //! the signal pending and wakes the agent's flush thread (a futex: no
@@ -24,8 +24,12 @@ static WAKE_OPEN: AtomicBool = AtomicBool::new(false);
 /// goes on.
 static RELEASED: AtomicBool = AtomicBool::new(false);
 /// How long the handler holds its thread for the final report, at most;
-/// then the process ends as the signal says, report or not.
+/// then the process ends as the signal says, report or not. A thread in
+/// `_exit` waits as long.
 const FINAL_REPORT_WAIT: Duration = Duration::from_secs(10);
+/// Bumped once the flush thread wrote the final report a thread in `_exit`
+/// asked for (see [`wait_for_final_report`]).
+static FINAL_REPORTS: AtomicU32 = AtomicU32::new(0);
 
 /// The flush thread's wake-ups: signal numbers, and bytes of the agent's
 /// own (0 asks the thread to end).
@@ -82,7 +86,7 @@ fn wake_bit(byte: u8) -> u64 {
 }
 
 /// The most urgent wake-up pending, taken: the end (0), then a signal,
-/// then the agent's own.
+/// then the agent's own (an `_exit`'s, then work done).
 fn take_pending() -> Option<i32> {
     let pending = WAKE_PENDING.load(Ordering::SeqCst);
     let byte = match pending {
@@ -107,6 +111,38 @@ pub fn wake_flush_thread(byte: u8) -> bool {
     // Safety: wakes the waiters of our own atomic.
     unsafe { libc::syscall(libc::SYS_futex, WAKE_SEQUENCE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
     true
+}
+
+/// Has the flush thread write the final report (`byte` asks for it, see
+/// `agent::EXITING`) and waits until it is written, [`FINAL_REPORT_WAIT`]
+/// at most. False when no flush thread takes wake-ups. Safe where `_exit`
+/// is, in a signal handler: atomics and futex calls.
+pub fn wait_for_final_report(byte: u8) -> bool {
+    let seen = FINAL_REPORTS.load(Ordering::SeqCst);
+    if !wake_flush_thread(byte) {
+        return false;
+    }
+    let deadline = Instant::now() + FINAL_REPORT_WAIT;
+    while FINAL_REPORTS.load(Ordering::SeqCst) == seen {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left == Duration::ZERO {
+            break;
+        }
+        let left = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as _ };
+        // Safety: a wait on our own atomic, with a relative timeout; it
+        // returns at once if the count moved.
+        unsafe {
+            libc::syscall(libc::SYS_futex, FINAL_REPORTS.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, &left);
+        }
+    }
+    true
+}
+
+/// Lets the threads in [`wait_for_final_report`] go on.
+pub fn final_report_written() {
+    FINAL_REPORTS.fetch_add(1, Ordering::SeqCst);
+    // Safety: wakes the waiters of our own atomic.
+    unsafe { libc::syscall(libc::SYS_futex, FINAL_REPORTS.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX) };
 }
 
 /// Lets a thread held in the handler go on (the flush thread will not end
