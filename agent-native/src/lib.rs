@@ -373,6 +373,7 @@ fn autostart() {
     if agent::current().is_some() {
         return;
     }
+    agent::end_replaced_instances(&config);
     if !agent::has_instrumented_module() {
         let program = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
         eprintln!(

@@ -131,6 +131,8 @@ struct Built {
     prefork: PathBuf,
     /// drop_user.c + work.c, instrumented.
     drop_user: PathBuf,
+    /// fork_exec.c, instrumented.
+    fork_exec: PathBuf,
     /// api_test.c, instrumented, linked with liblivecov.a.
     api_test: PathBuf,
     /// api_test.c without instrumentation (-DNOT_INSTRUMENTED).
@@ -196,6 +198,7 @@ fn build(toolchain: Toolchain) -> Built {
         plugin: compile("libplugin.so", &[cov, &["-shared", "-fPIC"]].concat(), &["plugin.c"], &[], &[]),
         prefork: compile("prefork", &[cov, strict].concat(), &["prefork.c", "work.c"], &[], &[]),
         drop_user: compile("drop_user", &[cov, strict].concat(), &["drop_user.c", "work.c"], &[], &[]),
+        fork_exec: compile("fork_exec", &[cov, strict].concat(), &["fork_exec.c"], &[], &[]),
         api_test: compile("api_test", &[cov, strict].concat(), &["api_test.c"], &[a], NATIVE_STATIC_LIBS),
         api_test_uninstrumented: compile(
             "api_test_uninstrumented",
@@ -780,6 +783,69 @@ fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
     fibs.sort();
     // One call in each worker, none in the parent.
     assert_eq!(fibs, [0, 1, 1]);
+}
+
+/// Forked children that run another program (`exec`): an uninstrumented
+/// one (`/bin/true`), and the fixture itself. Each child's agent, started
+/// at the fork, is lost with its program; the next program of the process
+/// ends its instance (its metadata `exited`, with `exec` the new program;
+/// its socket removed), and `livecov collect` finds no instance lost.
+/// Before, each exec left a socket where nothing answered and an instance
+/// `running` forever, which `collect` reported lost.
+#[test]
+fn children_that_run_another_program_leave_no_instance_running() {
+    let b = built(Toolchain::Clang19);
+    let true_path = std::fs::canonicalize("/bin/true").expect("/bin/true");
+    for (name, args) in [("exec-true", vec![true_path.clone()]), ("exec-self", vec![b.fork_exec.clone(), "helper".into()])] {
+        let dir = scratch(name);
+        let cov = dir.join("cov");
+        let out = command(&b.fork_exec, &dir)
+            .args(&args)
+            .env("LLVM_PROFILE_FILE", "/dev/null")
+            .env("LD_PRELOAD", &shim().so)
+            .env("LIVECOV_DIR", &cov)
+            .output()
+            .expect("run fork_exec");
+        assert!(out.status.success(), "{name}: {out:?}");
+        let helper = if name == "exec-self" { "helper\n" } else { "" };
+        let want: String = (0..3).map(|n| format!("{helper}child {n} exit 0\n")).collect();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{name}");
+
+        let mut replaced = 0;
+        let mut instances = 0;
+        for e in std::fs::read_dir(cov.join("reports")).expect("reports").flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                instances += 1;
+                let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
+                assert_eq!(meta["state"], "exited", "{name}: {meta}");
+                if let Some(exec) = meta["exec"].as_str() {
+                    let program = if name == "exec-self" { &b.fork_exec } else { &true_path };
+                    assert_eq!(Path::new(exec), program.as_path(), "{name}: {meta}");
+                    replaced += 1;
+                }
+            }
+        }
+        // The parent and its three children; with the fixture run again,
+        // each child's second program too.
+        assert_eq!((instances, replaced), (if name == "exec-self" { 7 } else { 4 }, 3), "{name}");
+        let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
+        assert!(sockets.is_empty(), "{name}: sockets left behind: {sockets:?}");
+        let collected = Command::new(livecov_tests::livecov_bin())
+            .args(["collect", "--dir"])
+            .arg(&cov)
+            .arg("-o")
+            .arg(dir.join("collected"))
+            .output()
+            .expect("run livecov collect");
+        let said = String::from_utf8_lossy(&collected.stderr);
+        assert!(collected.status.success() && !said.contains("lost"), "{name}: {said}");
+        if name == "exec-self" {
+            let merged = parse_lcov(&read(&dir.join("collected/merged.lcov")));
+            let helper = merged.values().flat_map(|f| &f.functions).find(|(f, _)| f.ends_with("helper")).map(|(_, &count)| count);
+            assert_eq!(helper, Some(3), "{name}: each child's second program counts");
+        }
+    }
 }
 
 #[test]

@@ -104,13 +104,32 @@ pub fn start() -> Option<&'static Agent> {
     }
     match Config::from_env() {
         Ok(None) => None,
-        Ok(Some(config)) => start_with(config)
-            .map_err(|e| eprintln!("livecov: not started: {e}"))
-            .ok(),
+        Ok(Some(config)) => {
+            end_replaced_instances(&config);
+            start_with(config)
+                .map_err(|e| eprintln!("livecov: not started: {e}"))
+                .ok()
+        }
         Err(e) => {
             eprintln!("livecov: not started: {e}");
             None
         }
+    }
+}
+
+/// Ends the instances of this process that an earlier program of it left
+/// running in `config`'s directory: a forked child that ran this program
+/// (`exec`) lost its agent and left its socket (see
+/// `reports::end_replaced_instances`). [`start`] does it; the C shim, for
+/// every program it is preloaded into.
+pub fn end_replaced_instances(config: &Config) {
+    // Not those of an agent of this program (a second copy of livecov in
+    // it): the claim of an earlier program was closed at its `exec`.
+    if process::agent_runs_here() {
+        return;
+    }
+    if let Some(dir) = &config.dir {
+        reports::end_replaced_instances(dir);
     }
 }
 

@@ -266,12 +266,50 @@ static CLAIM_FD: AtomicI32 = AtomicI32::new(-1);
 /// Claims "the livecov agent of this process" for this copy of livecov: an
 /// abstract Unix socket named after the pid namespace and the pid, which a
 /// second copy in the same process (the C shim preloaded into a Rust
-/// program that starts its own agent) cannot bind. Where abstract sockets
-/// are not available the claim is skipped.
+/// program that starts its own agent) cannot bind. It is closed on `exec`:
+/// the next program of the process may claim it again. Where abstract
+/// sockets are not available the claim is skipped.
 pub fn claim_process() -> Result<(), String> {
     if CLAIM_FD.load(Ordering::SeqCst) >= 0 {
         return Ok(());
     }
+    match bind_claim() {
+        Claim::Taken => Err("another livecov agent already runs in this process (e.g. the C shim preloaded \
+                             into a program that starts its own)"
+            .into()),
+        Claim::Unavailable => Ok(()),
+        Claim::Bound(fd) => {
+            CLAIM_FD.store(fd, Ordering::SeqCst);
+            super::descriptors::keep(fd);
+            Ok(())
+        }
+    }
+}
+
+/// Whether an agent of this program runs in this process: this copy's,
+/// or another copy's that holds the claim (see [`claim_process`]).
+pub fn agent_runs_here() -> bool {
+    if CLAIM_FD.load(Ordering::SeqCst) >= 0 {
+        return true;
+    }
+    match bind_claim() {
+        Claim::Taken => true,
+        Claim::Unavailable => false,
+        Claim::Bound(fd) => {
+            // Safety: the descriptor just made.
+            unsafe { libc::close(fd) };
+            false
+        }
+    }
+}
+
+enum Claim {
+    Bound(i32),
+    Taken,
+    Unavailable,
+}
+
+fn bind_claim() -> Claim {
     let namespace = std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| std::os::unix::fs::MetadataExt::ino(&m));
     let name = format!("livecov-agent-{namespace}-{}", std::process::id());
     // Safety: a socket, bound to an abstract address built in a zeroed
@@ -279,7 +317,7 @@ pub fn claim_process() -> Result<(), String> {
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
         if fd < 0 {
-            return Ok(());
+            return Claim::Unavailable;
         }
         let mut addr: libc::sockaddr_un = std::mem::zeroed();
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -290,17 +328,13 @@ pub fn claim_process() -> Result<(), String> {
         if libc::bind(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len) != 0 {
             let err = std::io::Error::last_os_error();
             libc::close(fd);
-            if err.raw_os_error() == Some(libc::EADDRINUSE) {
-                return Err("another livecov agent already runs in this process (e.g. the C shim preloaded \
-                            into a program that starts its own)"
-                    .into());
-            }
-            return Ok(());
+            return match err.raw_os_error() == Some(libc::EADDRINUSE) {
+                true => Claim::Taken,
+                false => Claim::Unavailable,
+            };
         }
-        CLAIM_FD.store(fd, Ordering::SeqCst);
-        super::descriptors::keep(fd);
+        Claim::Bound(fd)
     }
-    Ok(())
 }
 
 /// Gives the claim up (the agent stopped).

@@ -67,6 +67,64 @@ impl InstanceFiles {
     }
 }
 
+/// Ends the instances of this process that an earlier program of it left
+/// `running` in `dir`: a forked child that ran another program (`exec`)
+/// lost its agent without a final report, and its socket stayed, where
+/// nothing answers. Run by the next program of the process, which the
+/// preloaded C shim reaches whether it is instrumented or not (a forked
+/// child of a server that runs a helper is most often the one).
+///
+/// Its metadata then says `exited`, with `exec` the program that took its
+/// place, and its socket goes; its report stays as it was (what it ran
+/// since its last report, at most what ran between its fork and the
+/// `exec`, is not in it). Its pid is this process's, and it started
+/// after this process did: the pid of a process that ended without a
+/// final report and was given to this one is left alone.
+pub fn end_replaced_instances(dir: &Path) {
+    let pid = std::process::id();
+    let Ok(sockets) = std::fs::read_dir(dir.join("sockets")) else { return };
+    let earlier = sockets.flatten().filter_map(|e| {
+        let name = e.file_name().into_string().ok()?;
+        let instance = name.strip_suffix(".sock")?;
+        let (_, rest) = instance.split_once('-')?;
+        (rest.split_once('-')?.0 == pid.to_string()).then(|| instance.to_owned())
+    });
+    let mut started_at = None;
+    for instance in earlier.collect::<Vec<_>>() {
+        let metadata = dir.join("reports").join(format!("{instance}.json"));
+        let Some(mut meta) = std::fs::read(&metadata).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()) else {
+            continue;
+        };
+        let agent_started = meta["start_time"].as_u64();
+        let process_started = *started_at.get_or_insert_with(process_start_secs);
+        let ours = meta["pid"].as_u64() == Some(u64::from(pid))
+            && meta["state"] == "running"
+            && agent_started.zip(process_started).is_some_and(|(agent, process)| process <= agent);
+        if !ours {
+            continue;
+        }
+        meta["state"] = "exited".into();
+        meta["exec"] = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default().into();
+        let json = meta.to_string();
+        if write_atomically(&metadata, &[json.as_bytes()]).is_ok() {
+            let _ = std::fs::remove_file(dir.join("sockets").join(format!("{instance}.sock")));
+        }
+    }
+}
+
+/// When this process started (seconds since the epoch, rounded down), as
+/// the kernel counts it: a process keeps it across `exec`.
+fn process_start_secs() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Field 22, counted after the command name (field 2), which may hold
+    // spaces and parentheses.
+    let ticks: u64 = stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = std::fs::read_to_string("/proc/stat").ok()?.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+    // Safety: sysconf has no preconditions.
+    let per_sec = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|&t| t > 0)?;
+    Some(boot + ticks / per_sec)
+}
+
 /// One of an instance's files.
 pub struct InstanceFile {
     path: PathBuf,
