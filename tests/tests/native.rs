@@ -745,44 +745,57 @@ fn the_workers_of_a_preloaded_c_server_merge_exactly_as_llvm_cov_does() {
     assert!(child.wait().expect("wait").success());
 }
 
+/// Workers forked by a parent started as root switch to `nobody`; with
+/// `chroot`, they first make an empty folder their root, so that the
+/// coverage folder is out of their sight too. Their final reports are
+/// written in any case, through the files opened while they were root.
 #[test]
 fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
     // CI runs the tests as root, which this needs: a test run as another
     // user fails here, at the workers' setuid.
     let b = built(Toolchain::Clang19);
-    let run = |agent: bool| {
-        let dir = scratch(if agent { "drop-user" } else { "drop-user-alone" });
-        let cov = dir.join("cov");
-        let mut c = command(&b.drop_user, &dir);
-        c.env("LLVM_PROFILE_FILE", "/dev/null");
-        if agent {
-            c.env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
-        }
-        let out = c.output().expect("run drop_user");
-        assert!(out.status.success(), "drop_user: {out:?}");
-        (String::from_utf8(out.stdout).expect("utf-8"), cov)
-    };
-    let (alone, _) = run(false);
-    assert_eq!(alone, "worker 0 exit 0\nworker 1 signal 15\n");
-    let (with_agent, cov) = run(true);
-    assert_eq!(with_agent, alone, "the agent changed how the workers end");
+    for confined in [false, true] {
+        let run = |agent: bool| {
+            let name = format!("drop-user{}{}", if confined { "-chroot" } else { "" }, if agent { "" } else { "-alone" });
+            let dir = scratch(&name);
+            let cov = dir.join("cov");
+            let jail = dir.join("jail");
+            std::fs::create_dir_all(&jail).expect("create the workers' root");
+            let mut c = command(&b.drop_user, &dir);
+            if confined {
+                c.arg("chroot").arg(&jail);
+            }
+            c.env("LLVM_PROFILE_FILE", "/dev/null");
+            if agent {
+                c.env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+            }
+            let out = c.output().expect("run drop_user");
+            assert!(out.status.success(), "drop_user: {out:?}");
+            (String::from_utf8(out.stdout).expect("utf-8"), String::from_utf8_lossy(&out.stderr).into_owned(), cov)
+        };
+        let (alone, _, _) = run(false);
+        assert_eq!(alone, "worker 0 exit 0\nworker 1 signal 15\n", "chroot {confined}");
+        let (with_agent, stderr, cov) = run(true);
+        assert_eq!(with_agent, alone, "chroot {confined}: the agent changed how the workers end");
+        assert!(!stderr.contains("livecov"), "chroot {confined}: {stderr}");
 
-    let reports = cov.join("reports");
-    let mut fibs = Vec::new();
-    let mut states = Vec::new();
-    for e in std::fs::read_dir(&reports).expect("reports").flatten() {
-        let path = e.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
-            states.push(meta["state"].as_str().unwrap_or("").to_owned());
-            let lcov = read(&path.with_extension("lcov"));
-            fibs.push(parse_lcov(&lcov).values().filter_map(|c| c.functions.get("work_fib")).sum::<u64>());
+        let reports = cov.join("reports");
+        let mut fibs = Vec::new();
+        let mut states = Vec::new();
+        for e in std::fs::read_dir(&reports).expect("reports").flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "json") {
+                let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
+                states.push(meta["state"].as_str().unwrap_or("").to_owned());
+                let lcov = read(&path.with_extension("lcov"));
+                fibs.push(parse_lcov(&lcov).values().filter_map(|c| c.functions.get("work_fib")).sum::<u64>());
+            }
         }
+        assert_eq!(states, ["exited"; 3], "chroot {confined}: parent and both workers end with a final report");
+        fibs.sort();
+        // One call in each worker, none in the parent.
+        assert_eq!(fibs, [0, 1, 1], "chroot {confined}");
     }
-    assert_eq!(states, ["exited"; 3], "parent and both workers end with a final report");
-    fibs.sort();
-    // One call in each worker, none in the parent.
-    assert_eq!(fibs, [0, 1, 1]);
 }
 
 /// Forked children that run another program (`exec`): an uninstrumented

@@ -609,6 +609,9 @@ impl Engine {
         let mut mapping = CoverageMapping::without_regions().leaving_out(self.leave_out.as_deref().unwrap_or_default());
         let mut objects = Vec::new();
         for id in &ids {
+            if modules::known_without_counters(&id.path) {
+                continue;
+            }
             let old = self.modules.iter().position(|m| m.id == *id);
             let image = map_file(id, ids.first() == Some(id))?;
             let module = match old {
@@ -1472,7 +1475,7 @@ fn shared_names(names: &Arc<NameTable>, section: &[u8]) -> Result<Arc<NameTable>
 /// rebuild or deploy replaced it on disk.
 fn map_file(id: &ModuleId, is_main: bool) -> Result<memmap2::Mmap> {
     let path = if is_main { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
-    let file = std::fs::File::open(path)
+    let file = modules::open_module_file(&id.path, path)
         .map_err(|source| Error::Io { path: id.path.display().to_string(), source })?;
     // Safety: read-only private mapping of the module's own file.
     unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io { path: id.path.display().to_string(), source })

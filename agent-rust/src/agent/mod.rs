@@ -322,6 +322,7 @@ impl Agent {
         if let Some(files) = &self.files {
             files.prepare_if_privileged();
         }
+        modules::keep_module_files();
         Ok(())
     }
 

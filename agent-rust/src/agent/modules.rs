@@ -10,7 +10,9 @@
 //! threads keep counting meanwhile.
 
 use std::ffi::CStr;
-use std::path::PathBuf;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
@@ -76,7 +78,7 @@ pub fn loaded_modules() -> Vec<ModuleId> {
             unsafe { CStr::from_ptr(info.dlpi_name) }.to_str().unwrap_or("")
         };
         let path = if out.is_empty() && name.is_empty() {
-            std::fs::read_link("/proc/self/exe").unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
+            executable_path()
         } else if name.is_empty() || name.starts_with("linux-vdso") {
             return 0;
         } else {
@@ -90,6 +92,93 @@ pub fn loaded_modules() -> Vec<ModuleId> {
         libc::dl_iterate_phdr(Some(visit), &mut out as *mut Vec<ModuleId> as *mut libc::c_void);
     }
     out
+}
+
+/// The executable's path (`/proc/self/exe` resolved), read once: a
+/// process's executable changes only with `exec`, which starts it anew,
+/// and after a `chroot` the link leads nowhere.
+fn executable_path() -> PathBuf {
+    static PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
+    if let Some(path) = published(&PATH) {
+        return path.clone();
+    }
+    match std::fs::read_link("/proc/self/exe") {
+        Ok(path) => {
+            let _ = publish(&PATH, path.clone());
+            path
+        }
+        Err(_) => PathBuf::from("/proc/self/exe"),
+    }
+}
+
+/// The modules loaded at the agent's start, in a process that starts as
+/// root, each with its file kept open when it is instrumented (see
+/// [`keep_module_files`]).
+static KEPT_FILES: AtomicPtr<Vec<(PathBuf, Option<File>)>> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Keeps the files of the instrumented modules loaded now open, in a
+/// process that runs as root: such a process may make another folder its
+/// root (`chroot`, as daemons confine the workers they fork), out of which
+/// the modules' paths, and `/proc`, lead nowhere, while a dump reads the
+/// coverage mapping from those files. Forked children inherit them (they
+/// are closed on `exec`).
+pub fn keep_module_files() {
+    // Safety: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 || published(&KEPT_FILES).is_some() {
+        return;
+    }
+    let mut kept = Vec::new();
+    for (i, id) in loaded_modules().into_iter().enumerate() {
+        if !has_counters(&id, i == 0) {
+            kept.push((id.path, None));
+            continue;
+        }
+        let path = if i == 0 { Path::new("/proc/self/exe") } else { id.path.as_path() };
+        // std opens with O_CLOEXEC.
+        if let Ok(file) = File::open(path) {
+            super::descriptors::keep(file.as_raw_fd());
+            kept.push((id.path, Some(file)));
+        }
+    }
+    for (_, file) in publish(&KEPT_FILES, kept).into_iter().flatten() {
+        if let Some(file) = file {
+            super::descriptors::forget(file.as_raw_fd());
+        }
+    }
+}
+
+/// The module file at `path` open: the one kept (see [`keep_module_files`])
+/// or opened now (`open_path`, `/proc/self/exe` for the executable).
+pub fn open_module_file(path: &Path, open_path: &Path) -> std::io::Result<File> {
+    match published(&KEPT_FILES).and_then(|kept| kept.iter().find_map(|(p, file)| file.as_ref().filter(|_| p == path))) {
+        Some(file) => file.try_clone(),
+        None => File::open(open_path),
+    }
+}
+
+/// Whether the module at `path` was found without counters when its
+/// files were kept (see [`keep_module_files`]): it need not be read
+/// again, nor can it be after a `chroot`.
+pub fn known_without_counters(path: &Path) -> bool {
+    published(&KEPT_FILES).is_some_and(|kept| kept.iter().any(|(p, file)| file.is_none() && p == path))
+}
+
+/// Sets `slot` once, for the process's life; gives `value` back when it
+/// was set already. Not a lock nor a `OnceLock`: a forked child of a
+/// program whose thread held one at the fork would wait for it forever.
+fn publish<T>(slot: &AtomicPtr<T>, value: T) -> Option<T> {
+    let new = Box::into_raw(Box::new(value));
+    match slot.compare_exchange(std::ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => None,
+        // Safety: ours, never shared.
+        Err(_) => Some(*unsafe { Box::from_raw(new) }),
+    }
+}
+
+fn published<T>(slot: &AtomicPtr<T>) -> Option<&'static T> {
+    let value = slot.load(Ordering::Acquire);
+    // Safety: set only by `publish`, leaked, never freed.
+    (!value.is_null()).then(|| unsafe { &*value })
 }
 
 /// How many objects the dynamic loader has loaded and unloaded since the

@@ -171,9 +171,11 @@ impl InstanceFile {
                 }
                 Ok(())
             }
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => match prepared.as_ref() {
+            // Refused, or out of sight after a `chroot`.
+            Err(e) if matches!(e.kind(), io::ErrorKind::PermissionDenied | io::ErrorKind::NotFound) => match prepared.as_ref() {
                 Some(p) => p.rewrite(&self.path, bytes),
-                None => Err(denied(e, &self.path)),
+                None if e.kind() == io::ErrorKind::PermissionDenied => Err(denied(e, &self.path)),
+                None => Err(e),
             },
             Err(e) => Err(e),
         }
@@ -202,8 +204,14 @@ impl Prepared {
 
     fn rewrite(&self, path: &Path, bytes: &[&[u8]]) -> io::Result<()> {
         let current = self.file.metadata()?;
-        let named = std::fs::metadata(path)?;
-        if (current.dev(), current.ino()) != self.id || (named.dev(), named.ino()) != self.id {
+        // After a `chroot` the name leads nowhere: the descriptor is still
+        // the file it opened.
+        let named = match std::fs::metadata(path) {
+            Ok(named) => Some((named.dev(), named.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        if (current.dev(), current.ino()) != self.id || named.is_some_and(|named| named != self.id) {
             return Err(io::Error::other(format!(
                 "{} was replaced or its descriptor closed since the process started; \
                  nothing written",
