@@ -455,6 +455,28 @@ fn open_files(pid: i32) -> Vec<String> {
     files
 }
 
+/// Of the files `pid` has open, the agent's kinds: sockets, its runtime's
+/// `epoll` and `eventfd`, report files. Read until two readings a little
+/// apart agree: a periodic report replaces its files meanwhile (the old
+/// one closed, once renamed over, after the new one is open), and a
+/// reading of /proc that lists a descriptor which is closed before its
+/// name is read misses it.
+fn agents_files(pid: i32) -> Vec<String> {
+    let report_file = |f: &str| f.contains("/cov/reports/") && [".json", ".lcov", ".counters"].iter().any(|e| f.ends_with(e));
+    let kept = |f: &String| f.starts_with("socket:") || f.starts_with("anon_inode:") || report_file(f);
+    let read = || open_files(pid).into_iter().filter(kept).collect::<Vec<_>>();
+    let mut last = read();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(30));
+        let now = read();
+        if now.len() == last.len() {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
 /// A daemon that closes every descriptor at start (dnsmasq loops `close`
 /// over all of them; others call `close_range` or `closefrom`), and whose
 /// next files take the numbers the agent's had: once the agent runs, or
@@ -476,7 +498,7 @@ fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
         let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
         let report = cov.join("reports").join(format!("{instance}.lcov"));
         wait_for("a periodic report", Duration::from_millis(20), || std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n")));
-        let agents = open_files(p.pid());
+        let agents = agents_files(p.pid());
 
         p.signal(libc::SIGUSR1);
         p.expect("opened").unwrap_or_else(|f| panic!("{how}: {}", f.what));
@@ -491,10 +513,8 @@ fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
         let open = open_files(p.pid());
         assert!(data.iter().all(|d| open.contains(d)), "{how}: the program's files are not all open: {open:?}");
         // The agent's sockets, runtime and report files are still open.
-        // (Not a report's temporary file, there while a periodic report is written.)
-        let report_file = |f: &str| f.contains("/cov/reports/") && [".json", ".lcov", ".counters"].iter().any(|e| f.ends_with(e));
-        let kept = |f: &&String| f.starts_with("socket:") || f.starts_with("anon_inode:") || report_file(f);
-        assert_eq!(open.iter().filter(kept).count(), agents.iter().filter(kept).count(), "{how}: {agents:?} then {open:?}");
+        let now = agents_files(p.pid());
+        assert_eq!(now.len(), agents.len(), "{how}: {agents:?} then {now:?}");
         let socket = cov.join("sockets").join(format!("{instance}.sock"));
         let dump = unix_request(&socket, "GET", "/coverage", &[]);
         assert_eq!(dump.status, 200, "{how}: {}", dump.text());
