@@ -78,3 +78,21 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
     fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
 }
+
+/// A daemon the test started (not its child, so not waited for), killed
+/// when dropped: a test that fails leaves none running.
+pub struct Daemon(pub u32);
+
+impl Daemon {
+    pub fn signal(&self, signal: i32) {
+        // Safety: a signal to the daemon, whose pid the test read.
+        assert_eq!(unsafe { libc::kill(self.0 as i32, signal) }, 0, "signal {signal} to daemon {}", self.0);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Safety: as above; no process left, nothing done.
+        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
+    }
+}

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use livecov_tests::dns::{free_dns_port, query_a as query};
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clean_command, cpu_ticks, liblivecov};
+use livecov_tests::native::{clean_command, cpu_ticks, liblivecov, Daemon};
 use livecov_tests::service::find_instance;
 use livecov_tests::workspace_root;
 
@@ -230,23 +230,5 @@ fn dnsmasq_as_a_daemon_answers_and_its_agent_dumps() {
         let closes: u64 = lcov.map(|p| answers_and_closes(&std::fs::read_to_string(p).unwrap_or_default()).1.unwrap_or(0)).sum();
         assert_eq!(closes, 1, "run {run}: close_fds counted in the final reports");
         assert!(!stderr().contains("livecov"), "run {run}: the agent said something:\n{}", stderr());
-    }
-}
-
-/// A daemon (not the test's child), killed when dropped: a test that
-/// fails leaves none running.
-struct Daemon(u32);
-
-impl Daemon {
-    fn signal(&self, signal: i32) {
-        // Safety: a signal to the daemon, whose pid it wrote.
-        assert_eq!(unsafe { libc::kill(self.0 as i32, signal) }, 0, "signal {signal} to dnsmasq {}", self.0);
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // Safety: as above; no process left, nothing done.
-        unsafe { libc::kill(self.0 as i32, libc::SIGKILL) };
     }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use livecov_tests::disk::SmallDisk;
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clang19_programs, clean_command, cpu_ticks, liblivecov};
+use livecov_tests::native::{clang19_programs, clean_command, cpu_ticks, liblivecov, Daemon};
 use livecov_tests::service::find_instance;
 use livecov_tests::{wait_for, workspace_root};
 
@@ -537,16 +537,6 @@ fn a_daemon_that_closes_every_descriptor_keeps_its_files_and_the_agent() {
 
 // ---------------------------------------------------------------- a daemon that ends its processes with _exit
 
-/// Kills a process that is not the test's child (a daemon) when dropped.
-struct KillOnDrop(i32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        // Safety: a signal to the daemon this test started.
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-    }
-}
-
 /// Whether `pid` ended (gone, or a zombie no one reaped yet).
 fn ended(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')))
@@ -578,7 +568,7 @@ fn a_daemon_whose_processes_end_with_exit_leaves_each_ones_final_report() {
     assert_eq!(status.code(), Some(0), "the first process: {status}");
     let line = p.lines.recv_timeout(STEP).expect("the daemon's pid");
     let daemon: i32 = line.strip_prefix("daemon ").and_then(|pid| pid.parse().ok()).unwrap_or_else(|| panic!("printed {line:?}"));
-    let guard = KillOnDrop(daemon);
+    let guard = Daemon(daemon as u32);
     p.expect("vfork 3").unwrap_or_else(|f| panic!("{}", f.what));
     p.expect("ready").unwrap_or_else(|f| panic!("{}", f.what));
     wait_for("the daemon's agent", Duration::from_millis(10), || find_instance(&cov, "native", daemon as u32));
@@ -600,8 +590,7 @@ fn a_daemon_whose_processes_end_with_exit_leaves_each_ones_final_report() {
     assert_eq!(counts(first), [1, 0, 0, 0], "the first process's report");
     assert_eq!(counts(second), [0, 1, 0, 0], "the second process's report");
 
-    // Safety: a signal to the daemon this test started.
-    assert_eq!(unsafe { libc::kill(daemon, libc::SIGTERM) }, 0);
+    guard.signal(libc::SIGTERM);
     wait_for("the daemon to end", Duration::from_millis(10), || ended(daemon).then_some(()));
     drop(guard);
     assert_eq!(instances(&cov)[&(daemon as u64)].1, "exited", "the daemon's metadata");

@@ -1474,11 +1474,7 @@ fn shared_names(names: &Arc<NameTable>, section: &[u8]) -> Result<Arc<NameTable>
 /// `/proc/self/exe`, which still reaches the running program's file when a
 /// rebuild or deploy replaced it on disk.
 fn map_file(id: &ModuleId, is_main: bool) -> Result<memmap2::Mmap> {
-    let path = if is_main { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
-    let file = modules::open_module_file(&id.path, path)
-        .map_err(|source| Error::Io { path: id.path.display().to_string(), source })?;
-    // Safety: read-only private mapping of the module's own file.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io { path: id.path.display().to_string(), source })
+    modules::map_module(id, is_main).map_err(|source| Error::Io { path: id.path.display().to_string(), source })
 }
 
 fn words(bytes: &mut [u8]) -> impl Iterator<Item = &mut [u8]> {

@@ -97,7 +97,7 @@ pub fn loaded_modules() -> Vec<ModuleId> {
 /// The executable's path (`/proc/self/exe` resolved), read once: a
 /// process's executable changes only with `exec`, which starts it anew,
 /// and after a `chroot` the link leads nowhere.
-fn executable_path() -> PathBuf {
+pub(crate) fn executable_path() -> PathBuf {
     static PATH: AtomicPtr<PathBuf> = AtomicPtr::new(std::ptr::null_mut());
     if let Some(path) = published(&PATH) {
         return path.clone();
@@ -129,15 +129,14 @@ pub fn keep_module_files() {
     }
     let mut kept = Vec::new();
     for (i, id) in loaded_modules().into_iter().enumerate() {
-        if !has_counters(&id, i == 0) {
-            kept.push((id.path, None));
-            continue;
-        }
-        let path = if i == 0 { Path::new("/proc/self/exe") } else { id.path.as_path() };
         // std opens with O_CLOEXEC.
-        if let Ok(file) = File::open(path) {
+        let Ok(file) = File::open(open_path(&id, i == 0)) else { continue };
+        // Safety: read-only private mapping of the module's own file.
+        if unsafe { memmap2::Mmap::map(&file) }.is_ok_and(|image| counts(&image)) {
             super::descriptors::keep(file.as_raw_fd());
             kept.push((id.path, Some(file)));
+        } else {
+            kept.push((id.path, None));
         }
     }
     for (_, file) in publish(&KEPT_FILES, kept).into_iter().flatten() {
@@ -147,13 +146,27 @@ pub fn keep_module_files() {
     }
 }
 
-/// The module file at `path` open: the one kept (see [`keep_module_files`])
-/// or opened now (`open_path`, `/proc/self/exe` for the executable).
-pub fn open_module_file(path: &Path, open_path: &Path) -> std::io::Result<File> {
-    match published(&KEPT_FILES).and_then(|kept| kept.iter().find_map(|(p, file)| file.as_ref().filter(|_| p == path))) {
-        Some(file) => file.try_clone(),
-        None => File::open(open_path),
+/// Where module `id`'s file is opened: `/proc/self/exe` for the executable
+/// (the first module), which stays right when its path was replaced on
+/// disk.
+fn open_path(id: &ModuleId, is_main: bool) -> &Path {
+    if is_main {
+        Path::new("/proc/self/exe")
+    } else {
+        id.path.as_path()
     }
+}
+
+/// Module `id`'s file, mapped read-only: through the descriptor kept for
+/// it (see [`keep_module_files`]), or opened now.
+pub fn map_module(id: &ModuleId, is_main: bool) -> std::io::Result<memmap2::Mmap> {
+    let kept = published(&KEPT_FILES).and_then(|kept| kept.iter().find_map(|(p, file)| file.as_ref().filter(|_| *p == id.path)));
+    let file = match kept {
+        Some(file) => file.try_clone()?,
+        None => File::open(open_path(id, is_main))?,
+    };
+    // Safety: read-only private mapping of the module's own file.
+    unsafe { memmap2::Mmap::map(&file) }
 }
 
 /// Whether the module at `path` was found without counters when its
@@ -210,12 +223,13 @@ pub fn load_events() -> Option<(u64, u64)> {
 /// section headers only (nothing else of the file is read). The executable
 /// (`is_main`) is read through `/proc/self/exe`.
 pub fn has_counters(id: &ModuleId, is_main: bool) -> bool {
+    map_module(id, is_main).is_ok_and(|image| counts(&image))
+}
+
+/// Whether a module's file has a coverage counter section.
+fn counts(image: &[u8]) -> bool {
     use object::Object;
-    let path = if is_main { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
-    let Ok(file) = std::fs::File::open(path) else { return false };
-    // Safety: read-only private mapping of the module's own file.
-    let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { return false };
-    object::File::parse(&*image).is_ok_and(|f| f.section_by_name("__llvm_prf_cnts").is_some())
+    object::File::parse(image).is_ok_and(|f| f.section_by_name("__llvm_prf_cnts").is_some())
 }
 
 /// The sections of an instrumented module, found in its file. `Ok(None)`
@@ -511,10 +525,7 @@ pub fn refresh_counter_ranges() {
     }
     let mut ranges = Vec::new();
     for (i, id) in ids.iter().enumerate() {
-        let path = if i == 0 { std::path::Path::new("/proc/self/exe") } else { id.path.as_path() };
-        let Ok(file) = std::fs::File::open(path) else { continue };
-        // Safety: read-only private mapping of the module's own file.
-        let Ok(image) = (unsafe { memmap2::Mmap::map(&file) }) else { continue };
+        let Ok(image) = map_module(id, i == 0) else { continue };
         if let Ok(Some(module)) = open_module(id, &image) {
             ranges.push(module.counter_range());
         }

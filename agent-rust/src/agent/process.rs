@@ -115,12 +115,12 @@ pub fn wake_flush_thread(byte: u8) -> bool {
 
 /// Has the flush thread write the final report (`byte` asks for it, see
 /// `agent::EXITING`) and waits until it is written, [`FINAL_REPORT_WAIT`]
-/// at most. False when no flush thread takes wake-ups. Safe where `_exit`
+/// at most; not when no flush thread takes wake-ups. Safe where `_exit`
 /// is, in a signal handler: atomics and futex calls.
-pub fn wait_for_final_report(byte: u8) -> bool {
+pub fn wait_for_final_report(byte: u8) {
     let seen = FINAL_REPORTS.load(Ordering::SeqCst);
     if !wake_flush_thread(byte) {
-        return false;
+        return;
     }
     let deadline = Instant::now() + FINAL_REPORT_WAIT;
     while FINAL_REPORTS.load(Ordering::SeqCst) == seen {
@@ -135,7 +135,6 @@ pub fn wait_for_final_report(byte: u8) -> bool {
             libc::syscall(libc::SYS_futex, FINAL_REPORTS.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, &left);
         }
     }
-    true
 }
 
 /// Lets the threads in [`wait_for_final_report`] go on.

@@ -104,7 +104,7 @@ pub fn end_replaced_instances(dir: &Path) {
             continue;
         }
         meta["state"] = "exited".into();
-        meta["exec"] = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default().into();
+        meta["exec"] = super::modules::executable_path().display().to_string().into();
         let json = meta.to_string();
         if write_atomically(&metadata, &[json.as_bytes()]).is_ok() {
             let _ = std::fs::remove_file(dir.join("sockets").join(format!("{instance}.sock")));
