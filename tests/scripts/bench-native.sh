@@ -13,6 +13,12 @@
 #    built with clang-19 and coverage): plain, with liblivecov.so preloaded
 #    but not asked for anything, and preloaded with LIVECOV_DIR (start, then
 #    the final report computed and written at exit); median of the runs.
+# 4. Fork: how long a forked child waits before it runs (its agent starts
+#    in it before fork() returns there), and a whole fork (the child's
+#    start, its final report at _exit, the parent's wait), in a program
+#    with 0 and with 1,000 descriptors open (fixtures/native/fork_timing.c),
+#    without livecov and with LD_PRELOAD + LIVECOV_DIR; BENCH_NATIVE_FORKS
+#    forks each (default 100).
 #
 # Run from anywhere, or at the end of `make bench`; not part of CI.
 set -euo pipefail
@@ -20,6 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 runs=${BENCH_NATIVE_RUNS:-50}
+forks=${BENCH_NATIVE_FORKS:-100}
 source "$root/tests/scripts/bench-common.sh"
 for tool in clang-19; do
     command -v "$tool" >/dev/null || { echo "bench-native: $tool missing (run tests/scripts/install-deps.sh)" >&2; exit 1; }
@@ -35,6 +42,7 @@ mkdir -p "$work"
 src="$root/fixtures/native"
 cov_flags=(-O0 -g -fprofile-instr-generate -fcoverage-mapping)
 clang-19 "${cov_flags[@]}" -I "$src" "$src/app.c" "$src/work.c" -o "$work/app" -ldl
+clang-19 "${cov_flags[@]}" "$src/fork_timing.c" -o "$work/fork_timing"
 clang-19 "${cov_flags[@]}" -I "$root/agent-native/include" "$src/api_test.c" -o "$work/api_test" \
     "$lib/liblivecov.a" -lgcc_s -lutil -lrt -lpthread -lm -ldl
 
@@ -71,6 +79,23 @@ for _ in $(seq "$runs"); do
         sed -n 's/^start_us //p' >>"$work/api"
 done
 [ "$(wc -l <"$work/ctor")" -eq "$runs" ] || { echo "bench-native: the constructor did not report every start" >&2; exit 1; }
+echo "bench-native: $forks forks of each"
+# fork_runs LABEL DESCRIPTORS [ENV=VALUE...]: fork_timing's times to
+# $work/child-LABEL and $work/fork-LABEL (us).
+fork_runs() {
+    local label=$1 descriptors=$2
+    shift 2
+    rm -rf "$work/cov"
+    (ulimit -n 4096 && "${clean_env[@]}" -u LD_PRELOAD "$@" LLVM_PROFILE_FILE=/dev/null \
+        "$work/fork_timing" "$forks" "$descriptors" >"$work/forks" 2>"$work/stderr") ||
+        { echo "bench-native: fork_timing failed ($label):" >&2; cat "$work/stderr" >&2; exit 1; }
+    sed -n 's/^child_us //p' "$work/forks" >"$work/child-$label"
+    sed -n 's/^fork_us //p' "$work/forks" >"$work/fork-$label"
+}
+for descriptors in 0 1000; do
+    fork_runs "plain-$descriptors" "$descriptors"
+    fork_runs "agent-$descriptors" "$descriptors" LD_PRELOAD="$lib/liblivecov.so" LIVECOV_DIR="$work/cov"
+done
 
 # --- table -----------------------------------------------------------------------
 so_bytes=$(stat -c %s "$lib/liblivecov.so")
@@ -103,6 +128,18 @@ for label in plain idle started; do
     read -r mn md p9 mx < <(stats <"$work/wall-$label")
     awk -v l="$text" -v a="$mn" -v b="$md" -v c="$p9" -v d="$mx" \
         'BEGIN { printf "%-52s %8.2f %8.2f %8.2f %8.2f\n", l, a / 1000, b / 1000, c / 1000, d / 1000 }'
+done
+echo
+printf "%-52s %8s %8s %8s %8s\n" "fork ($forks forks), us" "min" "median" "p95" "max"
+for descriptors in 0 1000; do
+    for label in plain agent; do
+        case $label in
+            plain) text="no livecov" ;;
+            agent) text="LD_PRELOAD + LIVECOV_DIR" ;;
+        esac
+        row "child runs after: $text, $descriptors open" "$work/child-$label-$descriptors"
+        row "whole fork: $text, $descriptors open" "$work/fork-$label-$descriptors"
+    done
 done
 ctor_median=$(stats <"$work/ctor" | cut -d' ' -f2)
 awk -v m="$ctor_median" 'BEGIN { printf "constructor start: median %.0f us (goal: under 1000 us): %s\n", m, (m < 1000 ? "met" : "NOT met") }'

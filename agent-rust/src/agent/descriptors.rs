@@ -13,8 +13,8 @@
 //! agent. The agent's own threads close them as usual.
 //!
 //! A descriptor is listed as soon as the agent made it: the socket and
-//! report files by the code that opens them, the runtime's by what appeared
-//! in `/proc/self/fd` while it was built, of the kinds it makes.
+//! report files by the code that opens them, the runtime's by the numbers
+//! it took while it was built (the lowest free), of the kinds it makes.
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
@@ -146,28 +146,75 @@ pub fn may_close(fd: RawFd) -> bool {
     false
 }
 
-/// The descriptors open now of the kinds an async runtime makes (`epoll`,
-/// `eventfd`), ascending (none when `/proc` cannot say).
-pub fn runtime_kinds_open() -> Vec<RawFd> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return Vec::new() };
-    let runtime_kind = |fd: &RawFd| {
-        std::fs::read_link(format!("/proc/self/fd/{fd}"))
-            .is_ok_and(|target| matches!(target.to_str(), Some("anon_inode:[eventpoll]" | "anon_inode:[eventfd]")))
-    };
-    let mut fds: Vec<RawFd> = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(runtime_kind).collect();
-    fds.sort_unstable();
-    fds
+/// How many descriptors a runtime makes at most, of those [`next_free`]
+/// names: tokio's makes an `epoll` and an `eventfd`.
+const RUNTIME_DESCRIPTORS: usize = 8;
+
+/// The numbers the next descriptors made will take: the kernel gives each
+/// new descriptor the lowest number free. Found by making them (each a
+/// duplicate of the first), then closed. Not by listing /proc/self/fd: a
+/// server has thousands open (its connections), and a forked child lists
+/// them slowly (its entries are made as they are listed): with 1,000 open,
+/// the child's agent took 15 ms to start, where the child of a program
+/// without them took 1.
+pub fn next_free() -> Vec<RawFd> {
+    let mut free = Vec::with_capacity(RUNTIME_DESCRIPTORS);
+    // Safety: a descriptor of our own, closed below.
+    let first = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if first < 0 {
+        return free;
+    }
+    free.push(first);
+    while free.len() < RUNTIME_DESCRIPTORS {
+        // Safety: duplicates our own descriptor, closed below.
+        let fd = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            break;
+        }
+        free.push(fd);
+    }
+    for &fd in &free {
+        // Safety: ours, made above.
+        unsafe { libc::close(fd) };
+    }
+    free
 }
 
-/// Lists the descriptors of [`runtime_kinds_open`] now that were not open
-/// `before`: those of a runtime built between the two (another thread of
-/// the program could make one of these kinds in the same instant; it
-/// would then stay open when the program closes it).
-pub fn keep_runtime_descriptors(before: &[RawFd]) {
-    for fd in runtime_kinds_open() {
-        if before.binary_search(&fd).is_err() {
+/// Lists the descriptors of a runtime built since [`next_free`] named the
+/// `free` numbers: of the kinds it makes (an `epoll` and an `eventfd`),
+/// among those numbers. When a thread of the program took some of them
+/// meanwhile, the runtime's came after them: then every descriptor open
+/// from the first of them on is looked at. Another thread of the program
+/// could make one of these kinds in the same instant; it would then stay
+/// open when the program closes it.
+pub fn keep_runtime_descriptors(free: &[RawFd]) {
+    let mut found = [false; 2];
+    for &fd in free {
+        if let Some(kind) = runtime_kind(fd) {
+            found[kind] = true;
             keep(fd);
         }
+    }
+    if found == [true, true] {
+        return;
+    }
+    let Some(&lowest) = free.first() else { return };
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let open = dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<RawFd>().ok());
+    for fd in open.filter(|fd| *fd >= lowest && !free.contains(fd)) {
+        if runtime_kind(fd).is_some() {
+            keep(fd);
+        }
+    }
+}
+
+/// Whether `fd` is an `epoll` (0) or an `eventfd` (1).
+fn runtime_kind(fd: RawFd) -> Option<usize> {
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    match target.to_str()? {
+        "anon_inode:[eventpoll]" => Some(0),
+        "anon_inode:[eventfd]" => Some(1),
+        _ => None,
     }
 }
 
@@ -189,5 +236,34 @@ mod tests {
         assert!(agent.join().unwrap());
         assert!(!is_own(1000), "closed by the agent, still listed");
         assert!(may_close(1000));
+    }
+
+    /// Builds a runtime between [`next_free`] and
+    /// [`keep_runtime_descriptors`], with `taken` descriptors made in
+    /// between (as a program thread would), `held` made before: those
+    /// kept are the runtime's `epoll` and `eventfd`, none of the program's.
+    fn keeps_the_runtime_s_descriptors(held: usize, taken: usize) {
+        let open = |n: usize| -> Vec<std::fs::File> { (0..n).map(|_| std::fs::File::open("/dev/null").unwrap()).collect() };
+        let program = open(held);
+        let free = next_free();
+        let taken = open(taken);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        keep_runtime_descriptors(&free);
+        let mut own = [0; SLOTS];
+        let n = own_in(0, RawFd::MAX, &mut own);
+        let kept = &own[..n];
+        let kinds: Vec<Option<usize>> = kept.iter().map(|&fd| runtime_kind(fd)).collect();
+        assert!(kinds.contains(&Some(0)) && kinds.contains(&Some(1)), "kept {kept:?}, of kinds {kinds:?}");
+        assert!(kinds.iter().all(Option::is_some), "kept {kept:?}, of kinds {kinds:?}");
+        use std::os::fd::AsRawFd;
+        assert!(program.iter().chain(&taken).all(|f| !is_own(f.as_raw_fd())));
+        kept.iter().for_each(|&fd| forget(fd));
+        drop(runtime);
+    }
+
+    #[test]
+    fn the_runtime_s_descriptors_are_found_among_a_thousand_and_past_those_a_program_thread_took() {
+        keeps_the_runtime_s_descriptors(1000, 0);
+        keeps_the_runtime_s_descriptors(0, super::RUNTIME_DESCRIPTORS + 2);
     }
 }

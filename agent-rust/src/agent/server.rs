@@ -574,7 +574,7 @@ fn spawn(
     unix: Option<std::os::unix::net::UnixListener>,
     tcp: Option<std::net::TcpListener>,
 ) -> io::Result<(watch::Sender<bool>, JoinHandle<()>)> {
-    let before = super::descriptors::runtime_kinds_open();
+    let free = super::descriptors::next_free();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -589,7 +589,7 @@ fn spawn(
             move || ctx.before_idle()
         })
         .build()?;
-    super::descriptors::keep_runtime_descriptors(&before);
+    super::descriptors::keep_runtime_descriptors(&free);
     unix.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
     tcp.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
