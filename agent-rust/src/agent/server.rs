@@ -68,7 +68,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -633,19 +633,21 @@ fn spawn(
     }
 }
 
-/// Binds a Unix socket at `path` with file mode `mode`: in a fresh private
-/// directory beside it (mode 0700), chmod, then renamed into place, so the
-/// socket is never reachable with a wider mode (the umask is process-wide
-/// and cannot be changed safely in a multi-threaded host). If that directory
-/// cannot be made (e.g. the temporary path would be too long), binds in place
-/// and chmods. Returns the listener and the socket file's (device, inode).
+/// Binds a Unix socket at `path` with file mode `mode`. The socket is given
+/// the mode before it is bound, and the kernel makes the file with it (less
+/// the umask), so the socket is never reachable with a wider mode (the
+/// umask is process-wide and cannot be changed safely in a multi-threaded
+/// host); then chmod gives the file exactly `mode`. (Bound in a private
+/// folder made for it and renamed into place, the folder's `mkdir` and
+/// `rmdir` were two fifths of the time a forked child waited for its
+/// agent.) A stale socket at `path` is replaced. Returns the listener and
+/// the socket file's (device, inode).
 fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixListener, (u64, u64))> {
-    use std::os::unix::fs::DirBuilderExt;
-    use std::os::unix::net::UnixListener;
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
 
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {} // stale: replaced below
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?, // stale
         Ok(_) => {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -655,63 +657,59 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let perms = std::fs::Permissions::from_mode(mode & 0o7777);
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let dir = parent.join(format!(
-        ".livecov-{}-{}.tmp",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let in_dir = (|| -> io::Result<UnixListener> {
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        let tmp = dir.join("s");
-        let res = (|| {
-            // A deeper LIVECOV_DIR than a socket address holds is reached
-            // through the folder's descriptor.
-            let (address, _folder) = socket_address(&tmp)?;
-            let l = UnixListener::bind(address)?;
-            std::fs::set_permissions(&tmp, perms.clone())?;
-            std::fs::rename(&tmp, path)?;
-            Ok(l)
-        })();
-        let _ = std::fs::remove_file(&tmp);
-        let _ = std::fs::remove_dir(&dir);
-        res
-    })();
-    let listener = match in_dir {
-        Ok(l) => l,
-        Err(_) => {
-            // Fallback: bind in place, then chmod.
-            if std::fs::symlink_metadata(path).map(|m| m.file_type().is_socket()).unwrap_or(false) {
-                std::fs::remove_file(path)?;
-            }
-            let l = UnixListener::bind(path).map_err(|e| {
-                if path.as_os_str().len() > MAX_SOCKET_PATH {
-                    io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "the socket path {} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket \
-                             address holds, and binding through its folder failed too: use a shorter LIVECOV_DIR",
-                            path.display()
-                        ),
-                    )
-                } else {
-                    e
-                }
-            })?;
-            if let Err(e) = std::fs::set_permissions(path, perms) {
-                let _ = std::fs::remove_file(path);
-                return Err(e);
-            }
-            l
+    // A deeper LIVECOV_DIR than a socket address holds is reached through
+    // the folder's descriptor.
+    let (address, _folder) = socket_address(path)?;
+    // Safety: a zeroed sockaddr_un is valid; the path is copied in with
+    // room for its NUL (checked), and the address is passed with its size.
+    let mut un: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    un.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = address.as_os_str().as_bytes();
+    if bytes.len() >= un.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "the socket path {} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket address holds: \
+                 use a shorter LIVECOV_DIR",
+                path.display()
+            ),
+        ));
+    }
+    for (to, &from) in un.sun_path.iter_mut().zip(bytes) {
+        *to = from as libc::c_char;
+    }
+    // Safety: a new socket of our own, owned by `socket` from here on.
+    let socket = unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
         }
+        OwnedFd::from_raw_fd(fd)
     };
-    listener.set_nonblocking(true)?;
-    let m = std::fs::symlink_metadata(path)?;
-    Ok((listener, (m.dev(), m.ino())))
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let size = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // Safety: calls on our own socket, with an address of the size given.
+    if unsafe { libc::fchmod(fd, (mode & 0o7777) as libc::mode_t) != 0 || libc::bind(fd, (&raw const un).cast(), size) != 0 } {
+        return Err(io::Error::last_os_error());
+    }
+    let listener = std::os::unix::net::UnixListener::from(socket);
+    let made = (|| {
+        // Safety: listen on our own bound socket.
+        if unsafe { libc::listen(fd, libc::SOMAXCONN) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777))?;
+        listener.set_nonblocking(true)?;
+        std::fs::symlink_metadata(path)
+    })();
+    match made {
+        Ok(m) => Ok((listener, (m.dev(), m.ino()))),
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
 }
 
 /// Removes the socket file if it is still the one we bound.
@@ -1202,6 +1200,27 @@ mod tests {
         let (address, _folder) = socket_address(&path).unwrap();
         std::os::unix::net::UnixStream::connect(address).unwrap();
         drop(listener);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_socket_has_its_mode_and_replaces_a_stale_one_not_another_file() {
+        let dir = std::env::temp_dir().join(format!("livecov-bind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.sock");
+        for mode in [0o600, 0o660, 0o666] {
+            // The last one's socket, left behind (stale), is replaced.
+            let (listener, id) = bind_unix(&path, mode).unwrap();
+            let m = std::fs::symlink_metadata(&path).unwrap();
+            assert!(m.file_type().is_socket(), "{mode:o}");
+            assert_eq!((m.permissions().mode() & 0o7777, (m.dev(), m.ino())), (mode, id));
+            std::os::unix::net::UnixStream::connect(&path).unwrap();
+            drop(listener);
+        }
+        let file = dir.join("file");
+        std::fs::write(&file, "program").unwrap();
+        assert_eq!(bind_unix(&file, 0o600).unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "program");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
