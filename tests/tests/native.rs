@@ -801,24 +801,31 @@ fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
 /// Forked children that run another program (`exec`): an uninstrumented
 /// one (`/bin/true`), and the fixture itself. Each child's agent, started
 /// at the fork, is lost with its program; the next program of the process
-/// ends its instance (its metadata `exited`, with `exec` the new program;
-/// its socket removed), and `livecov collect` finds no instance lost.
-/// Before, each exec left a socket where nothing answered and an instance
-/// `running` forever, which `collect` reported lost.
+/// ends its instance: its socket goes, and `livecov collect` finds no
+/// instance lost. A child that wrote no report (it ran its helper at once)
+/// leaves no file; one that lived long enough for a periodic report leaves
+/// it, its metadata `exited` with `exec` the new program, and its counts
+/// are collected. Before, each exec left a socket where nothing answered
+/// and an instance `running` forever, which `collect` reported lost; then
+/// three files each, however little they held.
 #[test]
 fn children_that_run_another_program_leave_no_instance_running() {
     let b = built(Toolchain::Clang19);
     let true_path = std::fs::canonicalize("/bin/true").expect("/bin/true");
-    for (name, args) in [("exec-true", vec![true_path.clone()]), ("exec-self", vec![b.fork_exec.clone(), "helper".into()])] {
+    let runs = [
+        ("exec-true", vec![true_path.clone()], None),
+        ("exec-self", vec![b.fork_exec.clone(), "helper".into()], None),
+        ("exec-true-after-a-report", vec![true_path.clone()], Some("600")),
+    ];
+    for (name, args, wait) in runs {
         let dir = scratch(name);
         let cov = dir.join("cov");
-        let out = command(&b.fork_exec, &dir)
-            .args(&args)
-            .env("LLVM_PROFILE_FILE", "/dev/null")
-            .env("LD_PRELOAD", &shim().so)
-            .env("LIVECOV_DIR", &cov)
-            .output()
-            .expect("run fork_exec");
+        let mut run = command(&b.fork_exec, &dir);
+        run.args(&args).env("LLVM_PROFILE_FILE", "/dev/null").env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+        if let Some(wait) = wait {
+            run.env("FORK_EXEC_WAIT_MS", wait).env("LIVECOV_FLUSH_SECS", "0.1");
+        }
+        let out = run.output().expect("run fork_exec");
         assert!(out.status.success(), "{name}: {out:?}");
         let helper = if name == "exec-self" { "helper\n" } else { "" };
         let want: String = (0..3).map(|n| format!("{helper}child {n} exit 0\n")).collect();
@@ -826,22 +833,29 @@ fn children_that_run_another_program_leave_no_instance_running() {
 
         let mut replaced = 0;
         let mut instances = 0;
+        let mut files = 0;
         for e in std::fs::read_dir(cov.join("reports")).expect("reports").flatten() {
+            files += 1;
             let path = e.path();
             if path.extension().is_some_and(|x| x == "json") {
                 instances += 1;
                 let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
                 assert_eq!(meta["state"], "exited", "{name}: {meta}");
                 if let Some(exec) = meta["exec"].as_str() {
-                    let program = if name == "exec-self" { &b.fork_exec } else { &true_path };
-                    assert_eq!(Path::new(exec), program.as_path(), "{name}: {meta}");
+                    assert_eq!(Path::new(exec), true_path.as_path(), "{name}: {meta}");
                     replaced += 1;
                 }
             }
         }
-        // The parent and its three children; with the fixture run again,
-        // each child's second program too.
-        assert_eq!((instances, replaced), (if name == "exec-self" { 7 } else { 4 }, 3), "{name}");
+        // The parent; with the fixture run again, each child's second
+        // program; with a report before the exec, each child.
+        let want = match name {
+            "exec-true" => (1, 0),
+            "exec-self" => (4, 0),
+            _ => (4, 3),
+        };
+        assert_eq!((instances, replaced), want, "{name}");
+        assert_eq!(files, 3 * instances, "{name}: files of instances that are gone");
         let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
         assert!(sockets.is_empty(), "{name}: sockets left behind: {sockets:?}");
         let collected = Command::new(livecov_tests::livecov_bin())
@@ -853,10 +867,14 @@ fn children_that_run_another_program_leave_no_instance_running() {
             .expect("run livecov collect");
         let said = String::from_utf8_lossy(&collected.stderr);
         assert!(collected.status.success() && !said.contains("lost"), "{name}: {said}");
+        let merged = parse_lcov(&read(&dir.join("collected/merged.lcov")));
+        let count = |function: &str| merged.values().flat_map(|f| &f.functions).find(|(f, _)| f.ends_with(function)).map(|(_, &n)| n);
+        // A child's periodic report counts `child_setup`, which ran between
+        // its fork and its exec; without one, that is lost.
+        let setups = if wait.is_some() { 3 } else { 0 };
+        assert_eq!(count("child_setup"), Some(setups), "{name}");
         if name == "exec-self" {
-            let merged = parse_lcov(&read(&dir.join("collected/merged.lcov")));
-            let helper = merged.values().flat_map(|f| &f.functions).find(|(f, _)| f.ends_with("helper")).map(|(_, &count)| count);
-            assert_eq!(helper, Some(3), "{name}: each child's second program counts");
+            assert_eq!(count("helper"), Some(3), "{name}: each child's second program counts");
         }
     }
 }

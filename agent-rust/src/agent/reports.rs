@@ -77,9 +77,12 @@ impl InstanceFiles {
 /// Its metadata then says `exited`, with `exec` the program that took its
 /// place, and its socket goes; its report stays as it was (what it ran
 /// since its last report, at most what ran between its fork and the
-/// `exec`, is not in it). Its pid is this process's, and it started
-/// after this process did: the pid of a process that ended without a
-/// final report and was given to this one is left alone.
+/// `exec`, is not in it). An instance that wrote no report (most: a child
+/// runs its helper at once) leaves no file at all: a server that runs a
+/// helper for each request left three files for each in `reports/`, which
+/// every collection read. Its pid is this process's, and it started after
+/// this process did: the pid of a process that ended without a final
+/// report and was given to this one is left alone.
 pub fn end_replaced_instances(dir: &Path) {
     let pid = std::process::id();
     let Ok(sockets) = std::fs::read_dir(dir.join("sockets")) else { return };
@@ -106,8 +109,18 @@ pub fn end_replaced_instances(dir: &Path) {
         meta["state"] = "exited".into();
         meta["exec"] = super::modules::executable_path().display().to_string().into();
         let json = meta.to_string();
-        if write_atomically(&metadata, &[json.as_bytes()]).is_ok() {
-            let _ = std::fs::remove_file(dir.join("sockets").join(format!("{instance}.sock")));
+        if write_atomically(&metadata, &[json.as_bytes()]).is_err() {
+            continue;
+        }
+        let _ = std::fs::remove_file(dir.join("sockets").join(format!("{instance}.sock")));
+        // Removed last, the metadata: a collection meanwhile sees an
+        // instance that exited, without a report.
+        let files = InstanceFiles::new(dir, &instance);
+        let empty = |file: &InstanceFile| std::fs::metadata(file.path()).map_or(true, |m| m.len() == 0);
+        if empty(&files.report) && empty(&files.counters) {
+            for file in [&files.report, &files.counters, &files.metadata] {
+                let _ = std::fs::remove_file(file.path());
+            }
         }
     }
 }
