@@ -787,6 +787,8 @@ fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
             if path.extension().is_some_and(|x| x == "json") {
                 let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
                 states.push(meta["state"].as_str().unwrap_or("").to_owned());
+                // Read once: after a chroot, /proc/self/exe leads nowhere.
+                assert_eq!(meta["program"].as_str().map(Path::new), Some(b.drop_user.as_path()), "chroot {confined}: {meta}");
                 let lcov = read(&path.with_extension("lcov"));
                 fibs.push(parse_lcov(&lcov).values().filter_map(|c| c.functions.get("work_fib")).sum::<u64>());
             }

@@ -679,7 +679,8 @@ impl Agent {
         let modules: Vec<String> = engine.modules().iter().map(|m| m.id.path.display().to_string()).collect();
         let build_id = engine.modules().first().and_then(|m| m.build_id.as_deref()).map(hex);
         drop(engine);
-        let program = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_default();
+        // Read once: after a chroot, /proc/self/exe leads nowhere.
+        let program = modules::executable_path().display().to_string();
         serde_json::json!({
             "instance": self.instance,
             "pid": std::process::id(),
