@@ -45,6 +45,7 @@ on_every_python!(
     a_forked_child_is_an_instance_of_its_own_counting_from_zero,
     a_program_with_threads_of_its_own_still_gets_pythons_fork_warning,
     multiprocessing_children_forked_leave_their_final_reports_at_os_exit,
+    a_program_run_through_subprocess_with_a_preexec_fn_leaves_no_instance,
     os_exit_of_the_program_leaves_the_final_report_and_its_status,
     sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status,
     a_program_with_its_own_sigterm_handler_keeps_it,
@@ -554,6 +555,29 @@ fn a_program_with_threads_of_its_own_still_gets_pythons_fork_warning(py: Python)
     let warned = stderr.contains("DeprecationWarning: This process") && stderr.contains("is multi-threaded, use of fork()");
     assert_eq!(warned, warns_at_fork_with_threads(py), "stderr: {stderr}");
     assert!(!stderr.contains("livecov:"), "{stderr}");
+}
+
+/// subprocess forks to run a program with a preexec_fn, and the fork hooks
+/// run in the child, which execs at once: an instance started there went
+/// with the exec, its socket left behind and its metadata `running` (three
+/// runs: three sockets, three instances `running`). No instance is started.
+fn a_program_run_through_subprocess_with_a_preexec_fn_leaves_no_instance(py: Python) {
+    let mut script = Script::start(py, "spawner", &["spawner.py"], &[]);
+    let said: Vec<String> = (0..4).map(|_| script.line()).collect();
+    assert_eq!(said, ["0", "0", "0", "done"], "stderr: {}", script.stderr());
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    assert!(script.stderr().is_empty(), "{}", script.stderr());
+    let mut instances = Vec::new();
+    for entry in std::fs::read_dir(script.cov.join("reports")).expect("reports/").flatten() {
+        if entry.path().extension().is_some_and(|x| x == "json") {
+            let meta = read_json(&entry.path());
+            assert_eq!(meta["state"], "exited", "{meta}");
+            instances.push(meta["pid"].as_u64().expect("pid") as u32);
+        }
+    }
+    assert_eq!(instances, [script.pid()], "only the program's own instance");
+    let sockets_left: Vec<_> = std::fs::read_dir(script.cov.join("sockets")).expect("sockets/").flatten().collect();
+    assert!(sockets_left.is_empty(), "{sockets_left:?}");
 }
 
 fn multiprocessing_children_forked_leave_their_final_reports_at_os_exit(py: Python) {

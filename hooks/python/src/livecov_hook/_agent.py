@@ -492,6 +492,19 @@ def _after_fork_in_parent() -> None:
         _fork_held = None
 
 
+def _forked_to_exec() -> bool:
+    """Whether this fork is subprocess's to run a program with a preexec_fn:
+    the child runs the preexec_fn and execs at once, which would take an
+    instance started here with it, its socket left behind and its metadata
+    `running`. Its caller is then subprocess's `_execute_child` (the fork
+    itself is C code, which runs the fork hooks only with a preexec_fn)."""
+    try:
+        caller = sys._getframe(2)
+    except ValueError:  # forked from C code with no Python caller
+        return False
+    return caller.f_code.co_name == "_execute_child" and caller.f_globals.get("__name__") == "subprocess"
+
+
 def _after_fork_in_child() -> None:
     """A new instance: the parent's threads are gone, and its locks may have
     been held by them, so nothing of the parent's agent is used again but its
@@ -505,7 +518,7 @@ def _after_fork_in_child() -> None:
     try:
         if parent.server is not None:
             parent.server.abandon()
-        if parent.finished:
+        if parent.finished or _forked_to_exec():
             return
         if held is not parent:
             complain(f"not started in forked child {os.getpid()}: the parent's hook was busy for {FORK_TIMEOUT:.0f} s")
