@@ -657,8 +657,11 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    // A deeper LIVECOV_DIR than a socket address holds is reached through
-    // the folder's descriptor.
+    // By hand, not `UnixListener::bind`: the mode is set between the
+    // socket and its bind, which std cannot do (socket2 can, but would be
+    // one more dependency in the lock files of the programs the agent is
+    // built into). A deeper LIVECOV_DIR than a socket address holds is
+    // reached through the folder's descriptor.
     let (address, _folder) = socket_address(path)?;
     // Safety: a zeroed sockaddr_un is valid; the path is copied in with
     // room for its NUL (checked), and the address is passed with its size.
