@@ -266,7 +266,7 @@ mod tests {
     /// in the same process-wide list, which would make the check flaky.
     #[test]
     fn the_runtime_s_descriptors_are_found_among_a_thousand_and_past_those_a_program_thread_took() {
-        const ALONE: &str = "LIVECOV_DESCRIPTORS_TEST_ALONE";
+        const ALONE: &str = "DESCRIPTORS_TEST_ALONE";
         if std::env::var_os(ALONE).is_some() {
             keeps_the_runtime_s_descriptors(1000, 0);
             keeps_the_runtime_s_descriptors(0, super::RUNTIME_DESCRIPTORS + 2);
