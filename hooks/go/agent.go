@@ -17,6 +17,8 @@ import (
 	"runtime"
 	"runtime/coverage"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -311,7 +313,11 @@ func (a *agent) watchSignals() {
 		}
 		syscall.Kill(os.Getpid(), sig)
 		// Still running: the program takes the signal itself, and will end
-		// when it decides to. The instance lives on until then.
+		// when it decides to. The instance lives on until then. While the
+		// signal is pending, no thread has taken it yet (on a loaded
+		// machine, one may wait long to run): it may still end the
+		// process, and a socket made again would be left behind.
+		waitTaken(sig)
 		time.Sleep(200 * time.Millisecond)
 		if a.unix != nil {
 			if l, err := a.listenUnix(); err == nil {
@@ -324,6 +330,33 @@ func (a *agent) watchSignals() {
 		a.writeMetadata("running")
 		a.reportWhileStopping()
 	}()
+}
+
+// waitTaken waits until sig, sent to the process, is no longer pending
+// (a thread took it), 10 s at most.
+func waitTaken(sig syscall.Signal) {
+	for end := time.Now().Add(10 * time.Second); pending(sig) && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pending tells whether sig is pending for the process (false when that
+// cannot be read).
+func pending(sig syscall.Signal) bool {
+	status, err := os.ReadFile("/proc/self/status")
+	return err == nil && pendingIn(string(status), sig)
+}
+
+// pendingIn tells whether a process's status (as /proc/PID/status) has sig
+// pending for the whole process (ShdPnd, in hexadecimal, bit sig-1).
+func pendingIn(status string, sig syscall.Signal) bool {
+	for _, line := range strings.Split(status, "\n") {
+		if mask, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			bits, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			return err == nil && bits&(1<<(uint(sig)-1)) != 0
+		}
+	}
+	return false
 }
 
 // reportWhileStopping writes the report every 100 ms for a minute (at most

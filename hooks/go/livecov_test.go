@@ -1,12 +1,14 @@
 package livecov
 
 // The parts of the hook that need no coverage build: the environment, the
-// query, the counter file encoder against the decoder, JSON quoting. The
+// query, the counter file encoder against the decoder, JSON quoting, the
+// pending signals read from a process's status. The
 // rest is tested end to end (tests/tests/hooks_go.rs) with real builds.
 
 import (
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -49,6 +51,21 @@ func TestConfig(t *testing.T) {
 	}
 	if _, err := readConfig(env(map[string]string{"LIVECOV_LISTEN": "0.0.0.0:9464"})); err == nil {
 		t.Fatal("no LIVECOV_DIR, no token, not loopback: refused")
+	}
+}
+
+func TestPendingSignals(t *testing.T) {
+	status := "SigQ:\t1/95412\nSigPnd:\t0000000000000002\nShdPnd:\t0000000000004000\nSigBlk:\t0000000000000000\n"
+	for sig, want := range map[syscall.Signal]bool{syscall.SIGTERM: true, syscall.SIGINT: false, syscall.SIGHUP: false} {
+		if got := pendingIn(status, sig); got != want {
+			t.Errorf("%v pending: %v, want %v", sig, got, want)
+		}
+	}
+	if pendingIn("Name:\tx\n", syscall.SIGTERM) || pendingIn("ShdPnd:\tzz\n", syscall.SIGTERM) {
+		t.Error("no ShdPnd line, or a malformed one: not pending")
+	}
+	if pending(syscall.SIGTERM) {
+		t.Error("SIGTERM pending in this process")
 	}
 }
 
