@@ -46,6 +46,7 @@ on_every_python!(
     a_program_with_threads_of_its_own_still_gets_pythons_fork_warning,
     multiprocessing_children_forked_leave_their_final_reports_at_os_exit,
     a_program_run_through_subprocess_with_a_preexec_fn_leaves_no_instance,
+    a_forked_child_that_runs_another_program_leaves_its_final_report,
     os_exit_of_the_program_leaves_the_final_report_and_its_status,
     sigterm_and_sigint_without_a_handler_leave_the_final_report_and_the_signal_status,
     a_program_with_its_own_sigterm_handler_keeps_it,
@@ -576,6 +577,45 @@ fn a_program_run_through_subprocess_with_a_preexec_fn_leaves_no_instance(py: Pyt
         }
     }
     assert_eq!(instances, [script.pid()], "only the program's own instance");
+    let sockets_left: Vec<_> = std::fs::read_dir(script.cov.join("sockets")).expect("sockets/").flatten().collect();
+    assert!(sockets_left.is_empty(), "{sockets_left:?}");
+}
+
+/// A child forked by the program's own `os.fork()` that then runs another
+/// program (`os.execvp`, whose first try fails): its final report, with
+/// what it ran before, `exited` with that program, and no socket left.
+fn a_forked_child_that_runs_another_program_leaves_its_final_report(py: Python) {
+    let in_child = body_lines("exec_child.py", "in_child");
+    let mut script = Script::start(py, "exec-child", &["exec_child.py"], &[]);
+    let said = script.line();
+    assert_eq!(script.line(), "done", "stderr: {}", script.stderr());
+    assert!(script.wait().success(), "stderr: {}", script.stderr());
+    assert!(script.stderr().is_empty(), "{}", script.stderr());
+    let (child, status) = said.split_once(' ').unwrap_or_else(|| panic!("exec_child.py said {said:?}"));
+    assert_eq!(status, "0", "the child ran `true`");
+    let child: u64 = child.parse().expect("the child's pid");
+    let mut by_pid = BTreeMap::new();
+    for entry in std::fs::read_dir(script.cov.join("reports")).expect("reports/").flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            let meta = read_json(&path);
+            assert_eq!(meta["state"], "exited", "{meta}");
+            let report = std::fs::read_to_string(path.with_extension("lcov")).expect("the final report");
+            by_pid.insert(meta["pid"].as_u64().expect("pid"), (meta, report));
+        }
+    }
+    let parent = u64::from(script.pid());
+    assert_eq!(by_pid.keys().copied().collect::<BTreeSet<_>>(), BTreeSet::from([parent, child]));
+    let (meta, report) = &by_pid[&child];
+    // Named at each try: the last is the one that ran.
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let ran = std::env::split_paths(&path).map(|d| d.join("true")).find(|p| p.is_file()).expect("true on PATH");
+    let named = meta["exec"].as_str().unwrap_or_else(|| panic!("no exec in {meta}"));
+    assert_eq!(Path::new(named), ran, "the program that ran: {meta}");
+    assert!(counts(report, "/exec_child.py", &in_child).iter().all(|&c| c == 1), "the child's report:\n{report}");
+    let (meta, report) = &by_pid[&parent];
+    assert!(meta.get("exec").is_none(), "{meta}");
+    assert!(counts(report, "/exec_child.py", &in_child).iter().all(|&c| c == 0), "the parent's report:\n{report}");
     let sockets_left: Vec<_> = std::fs::read_dir(script.cov.join("sockets")).expect("sockets/").flatten().collect();
     assert!(sockets_left.is_empty(), "{sockets_left:?}");
 }

@@ -16,6 +16,11 @@ Hooks into the process, installed once:
 - os._exit, which skips atexit (multiprocessing's forked children end with
   it): replaced by a function that writes the same final report, then calls
   the original with the program's status;
+- os.execv and os.execve (which os.execvp and the other os.exec* call): the
+  program that takes the process's place takes the hook's threads with it,
+  and its socket would be left where nothing answers. Replaced by functions
+  that write the same final report, naming that program (`exec`), then call
+  the original;
 - os.fork and os.forkpty on Python 3.12+: replaced by functions that call
   the originals without the warning about a multi-threaded process when
   only the hook's threads make it one, as it would be without the hook;
@@ -153,6 +158,10 @@ class Agent:
         # Held by the engine thread around every coverage.py call; a fork waits for it.
         self.lock = threading.Lock()
         self.finished = False
+        # The program that took the process's place (os.exec*), and the
+        # files of the final report before it.
+        self.exec_path: str | None = None
+        self._final_files: list[str] = []
         self.engine_running = False
         self.server: Server | None = None
         self._thread = _threads.Thread(target=self._run, name="livecov-engine", daemon=True)
@@ -287,7 +296,27 @@ class Agent:
                 files = self.engine.files()
             except Exception:
                 files = []
+        self._final_files = files
         self._write_metadata("exited", files)
+
+    def end_for_exec(self, path: object) -> None:
+        """Before an exec of `path`: the final report, the program named in
+        the metadata. Named again at each exec tried (os.execvp tries each
+        folder of PATH until one runs): the last is the program that ran.
+        An exec that fails leaves the instance ended."""
+        if isinstance(path, int):  # os.execve(fd, ...), as fexecve
+            try:
+                name = os.readlink(f"/proc/self/fd/{path}")
+            except OSError:
+                name = f"/proc/self/fd/{path}"
+        else:
+            name = os.path.abspath(os.fsdecode(path))
+        if not self.finished:
+            self.exec_path = name
+            _final_report()
+        elif self.exec_path is not None:
+            self.exec_path = name
+            self._write_metadata("exited", self._final_files)
 
     # -- files in reports/ ------------------------------------------------------
 
@@ -328,6 +357,7 @@ class Agent:
             "state": "exited" if self.finished else state,
             "engine": f"coverage.py {self.engine.version}",
             "python": sys.version.split()[0],
+            **({"exec": self.exec_path} if self.exec_path is not None else {}),
         })
 
 
@@ -369,6 +399,9 @@ def _install_hooks() -> None:
     # Looked up as os._exit at every call (multiprocessing's popen_fork does),
     # so replacing the attribute reaches every caller but C code.
     os._exit = _exit_after_final_report
+    # Looked up at every call too, by os.execvp and the other os.exec*.
+    os.execv = _final_report_before_exec(os.execv)
+    os.execve = _final_report_before_exec(os.execve)
     if sys.version_info >= (3, 12):
         os.fork = _without_our_fork_warning(os.fork)
         os.forkpty = _without_our_fork_warning(os.forkpty)
@@ -429,6 +462,22 @@ _os_exit = os._exit
 def _exit_after_final_report(status: int, /) -> NoReturn:
     _final_report()
     _os_exit(status)
+
+
+def _final_report_before_exec(exec_function: Callable[..., NoReturn]) -> Callable[..., NoReturn]:
+    """`exec_function` (os.execv, os.execve) after the final report."""
+
+    @functools.wraps(exec_function)
+    def exec_after_final_report(path: object, *args: object) -> NoReturn:
+        agent = _current
+        if agent is not None:
+            try:
+                agent.end_for_exec(path)
+            except Exception as e:
+                complain(f"no final report before exec: {e}")
+        exec_function(path, *args)
+
+    return exec_after_final_report
 
 
 def _before_fork() -> None:
