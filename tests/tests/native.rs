@@ -133,6 +133,8 @@ struct Built {
     drop_user: PathBuf,
     /// fork_exec.c, instrumented.
     fork_exec: PathBuf,
+    /// fork_dup2.c, instrumented.
+    fork_dup2: PathBuf,
     /// api_test.c, instrumented, linked with liblivecov.a.
     api_test: PathBuf,
     /// api_test.c without instrumentation (-DNOT_INSTRUMENTED).
@@ -199,6 +201,7 @@ fn build(toolchain: Toolchain) -> Built {
         prefork: compile("prefork", &[cov, strict].concat(), &["prefork.c", "work.c"], &[], &[]),
         drop_user: compile("drop_user", &[cov, strict].concat(), &["drop_user.c", "work.c"], &[], &[]),
         fork_exec: compile("fork_exec", &[cov, strict].concat(), &["fork_exec.c"], &[], &[]),
+        fork_dup2: compile("fork_dup2", &[cov, strict].concat(), &["fork_dup2.c"], &[], &[]),
         api_test: compile("api_test", &[cov, strict].concat(), &["api_test.c"], &[a], NATIVE_STATIC_LIBS),
         api_test_uninstrumented: compile(
             "api_test_uninstrumented",
@@ -810,6 +813,48 @@ fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
 /// are collected. Before, each exec left a socket where nothing answered
 /// and an instance `running` forever, which `collect` reported lost; then
 /// three files each, however little they held.
+/// A forked child that puts a pipe at every number from 3 to 63, as a
+/// program hands descriptors to the one it runs next, and runs on: the
+/// descriptors its agent keeps are past those, so it still answers,
+/// writes nothing into the pipe, and leaves the child's final report.
+/// Before, the pipe took the place of the runtime's `epoll` (the agent's
+/// thread panicked, on the program's stderr) and of the executable's file
+/// kept open for a dump (the final report failed: "Permission denied").
+#[test]
+fn a_forked_child_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("fork-dup2");
+    let cov = dir.join("cov");
+    let mut run = command(&b.fork_dup2, &dir);
+    run.env("LLVM_PROFILE_FILE", "/dev/null").env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+    let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_dup2");
+    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("the child's line");
+    let child: u32 = line.trim().strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {line:?}"));
+    let instance = find_instance(&cov, "native", child).expect("the child's instance, listening before fork returned in it");
+    let socket = cov.join("sockets").join(format!("{instance}.sock"));
+    let connection = livecov_tests::http::connect_unix(&socket);
+    connection.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+    let answer = livecov_tests::http::exchange(&connection, "GET", "/coverage", &[]);
+    assert_eq!(answer.status, 200, "the child's agent after the dup2s: {}", answer.text());
+    program.stdin.take().expect("stdin").write_all(b"go\n").expect("tell the child to go on");
+    let status = program.wait().expect("wait for fork_dup2");
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).expect("the rest of its output");
+    let mut stderr = String::new();
+    program.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("its stderr");
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert_eq!(rest, "pipe: from the child\nchild exit 0\n", "only what the child wrote came through the pipe");
+    assert!(stderr.is_empty(), "the program's stderr: {stderr}");
+    let meta: serde_json::Value = serde_json::from_str(&read(&cov.join(format!("reports/{instance}.json")))).expect("metadata");
+    assert_eq!(meta["state"], "exited", "{meta}");
+    let report = parse_lcov(&read(&cov.join(format!("reports/{instance}.lcov"))));
+    assert_eq!(file_ending(&report, "fork_dup2.c").functions.get("fork_dup2.c:child_work"), Some(&1), "the child's final report");
+    let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
+    assert!(sockets.is_empty(), "sockets left behind: {sockets:?}");
+}
+
 #[test]
 fn children_that_run_another_program_leave_no_instance_running() {
     let b = built(Toolchain::Clang19);

@@ -17,7 +17,7 @@
 //! it took while it was built (the lowest free), of the kinds it makes.
 
 use std::cell::Cell;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// Room for the agent's descriptors: a socket or two, a claim, three report
@@ -146,6 +146,73 @@ pub fn may_close(fd: RawFd) -> bool {
     false
 }
 
+/// The numbers the agent leaves to the program, where it can: programs
+/// put descriptors at small fixed numbers (a forked child hands them to
+/// the program it runs next, `dup2(socket, 3)`, as socket activation
+/// passes them), and a `dup2` onto one of the agent's closes it under the
+/// agent. A child that made 3 to 12 its pipe's writing end put the pipe in
+/// place of the runtime's `epoll` (the agent's thread stopped, with a
+/// panic on the program's stderr; its `eventfd` could have written into
+/// the pipe) and of the executable's file kept open (its final report
+/// failed: "Permission denied").
+const PROGRAM_NUMBERS: RawFd = 64;
+
+/// `value`'s descriptor moved past [`PROGRAM_NUMBERS`] (a duplicate there,
+/// the first closed), for a descriptor the agent keeps; as it was when the
+/// kernel makes none there. Before it is listed ([`keep`]): the C shim
+/// would refuse the close of a listed one.
+pub fn moved_up<T: From<OwnedFd> + Into<OwnedFd>>(value: T) -> T {
+    let fd: OwnedFd = value.into();
+    // Safety: the result is a new descriptor, ours alone.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, PROGRAM_NUMBERS) };
+    if high < 0 {
+        return T::from(fd);
+    }
+    drop(fd);
+    // Safety: made just above, owned by nothing else.
+    T::from(unsafe { OwnedFd::from_raw_fd(high) })
+}
+
+/// The free numbers below [`PROGRAM_NUMBERS`], taken until it is dropped:
+/// the descriptors made meanwhile take higher ones. Only where no thread
+/// of the program runs (a forked child, before `fork` returns there): a
+/// program thread's would too.
+pub struct ProgramNumbersHeld(Vec<RawFd>);
+
+/// Takes the free numbers below [`PROGRAM_NUMBERS`] (duplicates of one
+/// descriptor of our own), none when the process may not open many more
+/// than those (`RLIMIT_NOFILE`): the agent's own would not fit past them.
+pub fn hold_program_numbers() -> ProgramNumbersHeld {
+    let mut held = Vec::new();
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // Safety: getrlimit into a value of the type it fills.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur < 4 * PROGRAM_NUMBERS as libc::rlim_t {
+        return ProgramNumbersHeld(held);
+    }
+    // Safety: a descriptor of our own, closed on drop.
+    let first = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    let mut fd = first;
+    while (0..PROGRAM_NUMBERS).contains(&fd) {
+        held.push(fd);
+        // Safety: duplicates our own descriptor, closed on drop.
+        fd = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 0) };
+    }
+    if fd >= PROGRAM_NUMBERS {
+        // Safety: ours, made above.
+        unsafe { libc::close(fd) };
+    }
+    ProgramNumbersHeld(held)
+}
+
+impl Drop for ProgramNumbersHeld {
+    fn drop(&mut self) {
+        for &fd in &self.0 {
+            // Safety: ours, made by `hold_program_numbers`.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// How many descriptors a runtime makes at most, of those [`next_free`]
 /// names: tokio's makes an `epoll` and an `eventfd`.
 const RUNTIME_DESCRIPTORS: usize = 8;
@@ -259,6 +326,16 @@ mod tests {
         assert!(program.iter().chain(&taken).all(|f| !is_own(f.as_raw_fd())));
         kept.iter().for_each(|&fd| forget(fd));
         drop(runtime);
+    }
+
+    #[test]
+    fn a_kept_descriptor_moves_past_the_program_s_numbers() {
+        use std::io::Read;
+        let file = moved_up(std::fs::File::open("/proc/self/status").unwrap());
+        assert!(file.as_raw_fd() >= PROGRAM_NUMBERS, "at {}", file.as_raw_fd());
+        let mut status = String::new();
+        (&file).read_to_string(&mut status).unwrap();
+        assert!(status.starts_with("Name:"), "{status}");
     }
 
     /// Runs in a process of its own (this test binary again, this test

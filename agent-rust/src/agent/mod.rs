@@ -906,7 +906,10 @@ unsafe extern "C" fn after_fork_in_child() {
     process::close_wakeup();
     let config = parent.config.clone();
     AGENT.store(std::ptr::null_mut(), Ordering::Release);
-    if let Err(e) = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into())) {
+    let held = descriptors::hold_program_numbers();
+    let launched = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into()));
+    drop(held);
+    if let Err(e) = launched {
         eprintln!("livecov: not started in forked child {}: {e}", std::process::id());
     }
 }

@@ -130,7 +130,7 @@ pub fn keep_module_files() {
     let mut kept = Vec::new();
     for (i, id) in loaded_modules().into_iter().enumerate() {
         // std opens with O_CLOEXEC.
-        let Ok(file) = File::open(open_path(&id, i == 0)) else { continue };
+        let Ok(file) = File::open(open_path(&id, i == 0)).map(super::descriptors::moved_up) else { continue };
         // Safety: read-only private mapping of the module's own file.
         if unsafe { memmap2::Mmap::map(&file) }.is_ok_and(|image| counts(&image)) {
             super::descriptors::keep(file.as_raw_fd());

@@ -10,6 +10,7 @@
 //! another way first, e.g. `exit(0)`, which is not what SIGTERM does to it.
 //! Handlers the program installed itself are left alone.
 
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -278,6 +279,8 @@ pub fn claim_process() -> Result<(), String> {
             .into()),
         Claim::Unavailable => Ok(()),
         Claim::Bound(fd) => {
+            // Safety: the descriptor just made, ours alone.
+            let fd = super::descriptors::moved_up(unsafe { OwnedFd::from_raw_fd(fd) }).into_raw_fd();
             CLAIM_FD.store(fd, Ordering::SeqCst);
             super::descriptors::keep(fd);
             Ok(())

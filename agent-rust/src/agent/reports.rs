@@ -210,6 +210,7 @@ impl Prepared {
         // std opens with O_CLOEXEC: the program's exec'd children do not
         // inherit it.
         let file = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+        let file = super::descriptors::moved_up(file);
         let meta = file.metadata()?;
         super::descriptors::keep(file.as_raw_fd());
         Ok(Prepared { file: std::mem::ManuallyDrop::new(file), id: (meta.dev(), meta.ino()) })

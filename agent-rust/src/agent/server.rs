@@ -495,7 +495,7 @@ impl Server {
 
         let tcp = match listen.tcp {
             Some(addr) => {
-                let l = std::net::TcpListener::bind(addr)?;
+                let l = super::descriptors::moved_up(std::net::TcpListener::bind(addr)?);
                 l.set_nonblocking(true)?;
                 Some(l)
             }
@@ -687,7 +687,7 @@ fn bind_unix(path: &Path, mode: u32) -> io::Result<(std::os::unix::net::UnixList
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        OwnedFd::from_raw_fd(fd)
+        super::descriptors::moved_up(OwnedFd::from_raw_fd(fd))
     };
     use std::os::fd::AsRawFd;
     let fd = socket.as_raw_fd();
