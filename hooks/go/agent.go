@@ -143,6 +143,9 @@ func (a *agent) run() error {
 			}
 		}
 	}
+	if a.cfg.dir != "" {
+		endReplacedInstances(a.cfg.dir)
+	}
 	// Before the socket, which tells clients the instance is there: a
 	// SIGTERM from then on gets its final report.
 	a.watchSignals()
@@ -166,6 +169,99 @@ func (a *agent) run() error {
 		go a.serve(a.unix, false)
 	}
 	return nil
+}
+
+// endReplacedInstances ends the instances of this process that an earlier
+// program of it left running in dir: a program that ran this one in its
+// place (syscall.Exec, as gosu does and servers that execute themselves
+// again) took its instance's goroutines with it, and its socket stayed
+// where nothing answers. Such an instance's metadata says "exited", with
+// "exec" this program, and its socket goes; one that wrote no report
+// leaves no file. An instance of this pid that started before this
+// process did was another process's, whose pid this one was given: it is
+// left alone. The C shim does the same for the programs it is preloaded
+// into.
+func endReplacedInstances(dir string) {
+	entries, err := os.ReadDir(filepath.Join(dir, "sockets"))
+	if err != nil {
+		return
+	}
+	pid := os.Getpid()
+	program, _ := os.Executable()
+	started, known := processStart()
+	for _, e := range entries {
+		instance, ok := strings.CutSuffix(e.Name(), ".sock")
+		parts := strings.SplitN(instance, "-", 3)
+		if !ok || len(parts) != 3 || parts[1] != strconv.Itoa(pid) {
+			continue
+		}
+		meta := filepath.Join(dir, "reports", instance+".json")
+		raw, err := os.ReadFile(meta)
+		var doc map[string]any
+		if err != nil || json.Unmarshal(raw, &doc) != nil {
+			continue
+		}
+		start, _ := doc["start_time"].(float64)
+		if doc["pid"] != float64(pid) || doc["state"] != "running" || !known || int64(start) < started {
+			continue
+		}
+		doc["state"] = "exited"
+		doc["exec"] = program
+		out, err := json.Marshal(doc)
+		if err != nil || writeFile(meta, out) != nil {
+			continue
+		}
+		os.Remove(filepath.Join(dir, "sockets", e.Name()))
+		// The metadata last: a collection meanwhile sees an instance that
+		// exited, without a report.
+		report := filepath.Join(dir, "reports", instance+".lcov")
+		counters := filepath.Join(dir, "reports", instance+".counters")
+		if isEmpty(report) && isEmpty(counters) {
+			for _, f := range []string{report, counters, meta} {
+				os.Remove(f)
+			}
+		}
+	}
+}
+
+// isEmpty tells whether path is missing or has no bytes.
+func isEmpty(path string) bool {
+	info, err := os.Stat(path)
+	return err != nil || info.Size() == 0
+}
+
+// processStart is when this process started, in Unix seconds: field 22 of
+// /proc/self/stat (clock ticks after the boot, USER_HZ of them a second,
+// 100 on Linux) after btime in /proc/stat.
+func processStart() (int64, bool) {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name, which may hold spaces and parentheses.
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(stat[end+1:]))
+	if len(fields) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseInt(fields[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	boot, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(boot), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			secs, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return secs + ticks/100, err == nil
+		}
+	}
+	return 0, false
 }
 
 // listen opens the socket in LIVECOV_DIR and the TCP address, as configured.
@@ -273,8 +369,16 @@ func (a *agent) writeReport() {
 	a.write(a.reportPath("lcov"), lcov)
 }
 
-// write puts data into path through a temporary name: a reader never sees a torn file.
+// write puts data into path (see writeFile), or says why it cannot.
 func (a *agent) write(path string, data []byte) {
+	if err := writeFile(path, data); err != nil {
+		fmt.Fprintf(os.Stderr, "livecov: cannot write %s: %v\n", path, err)
+	}
+}
+
+// writeFile puts data into path through a temporary name: a reader never
+// sees a torn file.
+func writeFile(path string, data []byte) error {
 	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
 	err := os.WriteFile(tmp, data, 0o644)
 	if err == nil {
@@ -282,8 +386,8 @@ func (a *agent) write(path string, data []byte) {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		fmt.Fprintf(os.Stderr, "livecov: cannot write %s: %v\n", path, err)
 	}
+	return err
 }
 
 // watchSignals takes SIGTERM and SIGINT for the final report. Signals the

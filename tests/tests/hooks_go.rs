@@ -31,6 +31,15 @@ fn poll<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 
 /// The fixture service under the hook, in `target/tmp/go/<name>-<pid>`:
 /// `LIVECOV_DIR` is its `cov`, its stderr goes to `stderr.txt` beside it.
+/// The port of the service's `listening on ADDR` line.
+fn port_of(line: &str) -> u16 {
+    line.trim()
+        .strip_prefix("listening on ")
+        .and_then(|addr| addr.rsplit(':').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the service said {line:?}, not `listening on ADDR`"))
+}
+
 struct Shop {
     child: Child,
     stdout: BufReader<ChildStdout>,
@@ -58,12 +67,7 @@ impl Shop {
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         stdout.read_line(&mut line).expect("read the service's first line");
-        let port = line
-            .trim()
-            .strip_prefix("listening on ")
-            .and_then(|addr| addr.rsplit(':').next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("the service said {line:?}, not `listening on ADDR`"));
+        let port = port_of(&line);
         Shop { child, stdout, dir: dir.to_owned(), cov: cov.to_owned(), port }
     }
 
@@ -394,6 +398,34 @@ fn sigterm_without_a_handler_leaves_the_final_report_and_the_signal_status() {
     let mut plain = Shop::start_in(&dir, Path::new(""), Build::Atomic, &[], &[]);
     plain.signal(libc::SIGTERM);
     assert_eq!(plain.wait().signal(), Some(libc::SIGTERM));
+}
+
+/// A program that runs itself again in its place (`syscall.Exec`): the
+/// next program's hook ends the instance the first one left running, which
+/// no goroutine served any longer. Before, its socket stayed, where
+/// nothing answered, and its metadata said `running`.
+#[test]
+fn a_program_that_runs_itself_again_in_place_ends_its_last_instance() {
+    let mut shop = Shop::start("reexec", Build::Atomic, &[], &[("LIVECOV_FLUSH_SECS", "0.1")]);
+    shop.get("/items/apple");
+    let first = shop.instance();
+    poll("a periodic report", || std::fs::metadata(shop.report_of(&first, "lcov")).is_ok_and(|m| m.len() > 0).then_some(()));
+    assert_eq!(shop.get("/reexec").trim(), "again");
+    let mut line = String::new();
+    shop.stdout.read_line(&mut line).expect("the program's line, run again");
+    shop.port = port_of(&line);
+    let pid = shop.child.id();
+    poll("the new instance's socket", || find_instance(&shop.cov, "go", pid).filter(|i| *i != first));
+    let meta: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(shop.report_of(&first, "json")).expect("metadata")).expect("JSON");
+    assert_eq!(meta["state"], "exited", "{meta}");
+    let program = std::fs::canonicalize(go::service(Build::Atomic)).expect("the program");
+    assert_eq!(meta["exec"].as_str().map(PathBuf::from), Some(program), "{meta}");
+    let sockets: Vec<_> = std::fs::read_dir(shop.cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
+    assert_eq!(sockets.len(), 1, "only the new instance's socket: {sockets:?}");
+    assert!(shop.lcov("").contains("inventory.go"), "the new instance answers");
+    assert_eq!(shop.get("/quit").trim(), "bye");
+    assert!(shop.wait().success(), "{}", shop.stderr());
+    assert!(shop.stderr().is_empty(), "{}", shop.stderr());
 }
 
 #[test]
