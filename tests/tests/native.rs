@@ -813,46 +813,54 @@ fn workers_that_drop_root_leave_their_final_reports_and_their_exit_status() {
 /// are collected. Before, each exec left a socket where nothing answered
 /// and an instance `running` forever, which `collect` reported lost; then
 /// three files each, however little they held.
-/// A forked child that puts a pipe at every number from 3 to 63, as a
-/// program hands descriptors to the one it runs next, and runs on: the
-/// descriptors its agent keeps are past those, so it still answers,
-/// writes nothing into the pipe, and leaves the child's final report.
-/// Before, the pipe took the place of the runtime's `epoll` (the agent's
-/// thread panicked, on the program's stderr) and of the executable's file
-/// kept open for a dump (the final report failed: "Permission denied").
+/// A program that puts descriptors at every number from 3 to 63, as
+/// programs hand descriptors to the one they run next, and runs on: a
+/// forked child (a pipe there) and the program itself (/dev/null there).
+/// The descriptors its agent keeps are past those, its runtime's too, so
+/// it still answers, writes nothing into the pipe, and leaves its final
+/// report. Before, the child's socket refused connections, and the
+/// runtime's `epoll` and the executable's file kept open for a dump were
+/// replaced (the agent's thread panicked, on the program's stderr; the
+/// final report failed: "Permission denied").
 #[test]
-fn a_forked_child_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
+fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
     let b = built(Toolchain::Clang19);
-    let dir = scratch("fork-dup2");
-    let cov = dir.join("cov");
-    let mut run = command(&b.fork_dup2, &dir);
-    run.env("LLVM_PROFILE_FILE", "/dev/null").env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
-    let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_dup2");
-    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("the child's line");
-    let child: u32 = line.trim().strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {line:?}"));
-    let instance = find_instance(&cov, "native", child).expect("the child's instance, listening before fork returned in it");
-    let socket = cov.join("sockets").join(format!("{instance}.sock"));
-    let connection = livecov_tests::http::connect_unix(&socket);
-    connection.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
-    let answer = livecov_tests::http::exchange(&connection, "GET", "/coverage", &[]);
-    assert_eq!(answer.status, 200, "the child's agent after the dup2s: {}", answer.text());
-    program.stdin.take().expect("stdin").write_all(b"go\n").expect("tell the child to go on");
-    let status = program.wait().expect("wait for fork_dup2");
-    let mut rest = String::new();
-    stdout.read_to_string(&mut rest).expect("the rest of its output");
-    let mut stderr = String::new();
-    program.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("its stderr");
-    assert!(status.success(), "{status:?}: {stderr}");
-    assert_eq!(rest, "pipe: from the child\nchild exit 0\n", "only what the child wrote came through the pipe");
-    assert!(stderr.is_empty(), "the program's stderr: {stderr}");
-    let meta: serde_json::Value = serde_json::from_str(&read(&cov.join(format!("reports/{instance}.json")))).expect("metadata");
-    assert_eq!(meta["state"], "exited", "{meta}");
-    let report = parse_lcov(&read(&cov.join(format!("reports/{instance}.lcov"))));
-    assert_eq!(file_ending(&report, "fork_dup2.c").functions.get("fork_dup2.c:child_work"), Some(&1), "the child's final report");
-    let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
-    assert!(sockets.is_empty(), "sockets left behind: {sockets:?}");
+    for (name, args, says, rest) in [
+        ("child", &[][..], "child ", "pipe: from the child\nchild exit 0\n"),
+        ("self", &["self"][..], "ready ", ""),
+    ] {
+        let dir = scratch(&format!("dup2-{name}"));
+        let cov = dir.join("cov");
+        let mut run = command(&b.fork_dup2, &dir);
+        run.args(args).env("LLVM_PROFILE_FILE", "/dev/null").env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+        let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_dup2");
+        let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("its first line");
+        let pid: u32 = line.trim().strip_prefix(says).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{name}: said {line:?}"));
+        let instance = instance_of(&cov, pid);
+        let socket = cov.join("sockets").join(format!("{instance}.sock"));
+        let connection = livecov_tests::http::connect_unix(&socket);
+        connection.set_read_timeout(Some(Duration::from_secs(10))).expect("a timeout");
+        let answer = livecov_tests::http::exchange(&connection, "GET", "/coverage", &[]);
+        assert_eq!(answer.status, 200, "{name}: the agent after the dup2s: {}", answer.text());
+        program.stdin.take().expect("stdin").write_all(b"go\n").expect("tell it to go on");
+        let status = program.wait().expect("wait for fork_dup2");
+        let mut said = String::new();
+        stdout.read_to_string(&mut said).expect("the rest of its output");
+        let mut stderr = String::new();
+        program.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("its stderr");
+        assert!(status.success(), "{name}: {status:?}: {stderr}");
+        assert_eq!(said, rest, "{name}: only what the child wrote came through the pipe");
+        assert!(stderr.is_empty(), "{name}: the program's stderr: {stderr}");
+        let meta: serde_json::Value = serde_json::from_str(&read(&cov.join(format!("reports/{instance}.json")))).expect("metadata");
+        assert_eq!(meta["state"], "exited", "{name}: {meta}");
+        let report = parse_lcov(&read(&cov.join(format!("reports/{instance}.lcov"))));
+        let after = file_ending(&report, "fork_dup2.c").functions.get("fork_dup2.c:after_dup2");
+        assert_eq!(after, Some(&1), "{name}: the final report");
+        let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
+        assert!(sockets.is_empty(), "{name}: sockets left behind: {sockets:?}");
+    }
 }
 
 #[test]

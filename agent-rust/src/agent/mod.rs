@@ -897,6 +897,7 @@ unsafe extern "C" fn after_fork_in_child() {
     let Some(parent) = current() else { return };
     // The parent's agent's descriptors are not this child's agent's.
     descriptors::forget_all();
+    server::forget_prebuilt_in_child();
     // Safety: we are the only thread of a fresh child.
     unsafe { modules::zero_all_known() };
     if let Some(files) = &parent.files {

@@ -568,13 +568,17 @@ impl Drop for Server {
     }
 }
 
-/// Starts the runtime thread on bound listeners; returns once it serves.
-fn spawn(
-    ctx: Arc<Ctx>,
-    unix: Option<std::os::unix::net::UnixListener>,
-    tcp: Option<std::net::TcpListener>,
-) -> io::Result<(watch::Sender<bool>, JoinHandle<()>)> {
+/// A server's runtime, and the server it is for, once it has one (its
+/// thread, idle, gives back what the last work left: [`Ctx::before_idle`]).
+type Runtime = (tokio::runtime::Runtime, Arc<std::sync::OnceLock<Arc<Ctx>>>);
+
+/// A runtime built ahead ([`prebuild_runtime`]), for the next [`spawn`].
+static PREBUILT: Mutex<Option<Runtime>> = Mutex::new(None);
+
+/// Builds a server's runtime, its descriptors listed as the agent's.
+fn build_runtime() -> io::Result<Runtime> {
     let free = super::descriptors::next_free();
+    let server: Arc<std::sync::OnceLock<Arc<Ctx>>> = Arc::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -585,11 +589,49 @@ fn spawn(
             super::threads::ask_for_short_slices();
         })
         .on_thread_park({
-            let ctx = ctx.clone();
-            move || ctx.before_idle()
+            let server = server.clone();
+            move || server.get().iter().for_each(|ctx| ctx.before_idle())
         })
         .build()?;
     super::descriptors::keep_runtime_descriptors(&free);
+    Ok((runtime, server))
+}
+
+/// Builds the next server's runtime now: the C shim's constructor does,
+/// before `main`, holding the numbers programs use
+/// ([`super::descriptors::hold_program_numbers`]), so that its `epoll` and
+/// `eventfd` are past them. Built on the agent's thread, with `main`
+/// running, they took the lowest numbers free, and a `dup2` of the
+/// program's onto them stopped the agent's server.
+pub fn prebuild_runtime() {
+    if let Ok(runtime) = build_runtime() {
+        *lock(&PREBUILT) = Some(runtime);
+    }
+}
+
+/// In a forked child: a runtime built ahead and not taken is the parent's
+/// (its threads are not in the child, and its `epoll` is shared with the
+/// parent's), forgotten without a drop, which would wait for them.
+pub fn forget_prebuilt_in_child() {
+    if let Ok(mut prebuilt) = PREBUILT.try_lock() {
+        std::mem::forget(prebuilt.take());
+    }
+}
+
+/// Starts the runtime thread on bound listeners; returns once it serves.
+fn spawn(
+    ctx: Arc<Ctx>,
+    unix: Option<std::os::unix::net::UnixListener>,
+    tcp: Option<std::net::TcpListener>,
+) -> io::Result<(watch::Sender<bool>, JoinHandle<()>)> {
+    // Not waited for: in a child forked while the parent's agent took it,
+    // the lock stays held.
+    let prebuilt = PREBUILT.try_lock().ok().and_then(|mut prebuilt| prebuilt.take());
+    let (runtime, server) = match prebuilt {
+        Some(runtime) => runtime,
+        None => build_runtime()?,
+    };
+    let _ = server.set(ctx.clone());
     unix.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
     tcp.iter().for_each(|l| super::descriptors::keep(std::os::fd::AsRawFd::as_raw_fd(l)));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
