@@ -187,12 +187,11 @@ func endReplacedInstances(dir string) {
 		return
 	}
 	pid := os.Getpid()
-	program, _ := os.Executable()
-	started, known := processStart()
+	pidText := strconv.Itoa(pid)
 	for _, e := range entries {
 		instance, ok := strings.CutSuffix(e.Name(), ".sock")
 		parts := strings.SplitN(instance, "-", 3)
-		if !ok || len(parts) != 3 || parts[1] != strconv.Itoa(pid) {
+		if !ok || len(parts) != 3 || parts[1] != pidText {
 			continue
 		}
 		meta := filepath.Join(dir, "reports", instance+".json")
@@ -201,12 +200,16 @@ func endReplacedInstances(dir string) {
 		if err != nil || json.Unmarshal(raw, &doc) != nil {
 			continue
 		}
+		if doc["pid"] != float64(pid) || doc["state"] != "running" {
+			continue
+		}
+		// Read only for an instance of this pid: most starts have none.
 		start, _ := doc["start_time"].(float64)
-		if doc["pid"] != float64(pid) || doc["state"] != "running" || !known || int64(start) < started {
+		if started, known := processStart(); !known || int64(start) < started {
 			continue
 		}
 		doc["state"] = "exited"
-		doc["exec"] = program
+		doc["exec"], _ = os.Executable()
 		out, err := json.Marshal(doc)
 		if err != nil || writeFile(meta, out) != nil {
 			continue

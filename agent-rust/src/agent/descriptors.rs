@@ -183,25 +183,32 @@ pub struct ProgramNumbersHeld(Vec<RawFd>);
 /// descriptor of our own), none when the process may not open many more
 /// than those (`RLIMIT_NOFILE`): the agent's own would not fit past them.
 pub fn hold_program_numbers() -> ProgramNumbersHeld {
-    let mut held = Vec::new();
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // Safety: getrlimit into a value of the type it fills.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 || limit.rlim_cur < 4 * PROGRAM_NUMBERS as libc::rlim_t {
-        return ProgramNumbersHeld(held);
-    }
-    // Safety: a descriptor of our own, closed on drop.
+    let room = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
+        && limit.rlim_cur >= 4 * PROGRAM_NUMBERS as libc::rlim_t;
+    ProgramNumbersHeld(if room { take_free(|_, fd| fd < PROGRAM_NUMBERS) } else { Vec::new() })
+}
+
+/// Takes free numbers, the lowest first (duplicates of one descriptor of
+/// our own), while `more(how many taken, the next)` says so; the caller
+/// closes them.
+fn take_free(mut more: impl FnMut(usize, RawFd) -> bool) -> Vec<RawFd> {
+    let mut taken = Vec::new();
+    // Safety: a descriptor of our own, closed below or by the caller.
     let first = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     let mut fd = first;
-    while (0..PROGRAM_NUMBERS).contains(&fd) {
-        held.push(fd);
-        // Safety: duplicates our own descriptor, closed on drop.
+    while fd >= 0 {
+        if !more(taken.len(), fd) {
+            // Safety: ours, made here and not taken.
+            unsafe { libc::close(fd) };
+            break;
+        }
+        taken.push(fd);
+        // Safety: duplicates our own descriptor.
         fd = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 0) };
     }
-    if fd >= PROGRAM_NUMBERS {
-        // Safety: ours, made above.
-        unsafe { libc::close(fd) };
-    }
-    ProgramNumbersHeld(held)
+    taken
 }
 
 impl Drop for ProgramNumbersHeld {
@@ -225,21 +232,7 @@ const RUNTIME_DESCRIPTORS: usize = 8;
 /// the child's agent took 15 ms to start, where the child of a program
 /// without them took 1.
 pub fn next_free() -> Vec<RawFd> {
-    let mut free = Vec::with_capacity(RUNTIME_DESCRIPTORS);
-    // Safety: a descriptor of our own, closed below.
-    let first = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if first < 0 {
-        return free;
-    }
-    free.push(first);
-    while free.len() < RUNTIME_DESCRIPTORS {
-        // Safety: duplicates our own descriptor, closed below.
-        let fd = unsafe { libc::fcntl(first, libc::F_DUPFD_CLOEXEC, 0) };
-        if fd < 0 {
-            break;
-        }
-        free.push(fd);
-    }
+    let free = take_free(|taken, _| taken < RUNTIME_DESCRIPTORS);
     for &fd in &free {
         // Safety: ours, made above.
         unsafe { libc::close(fd) };
