@@ -45,6 +45,15 @@ use crate::mapping::CoverageMapping;
 use crate::profile::{self, Counters, NameTable, RawProfile, RecordLayout};
 use crate::Endian;
 
+/// The name of build mapping `id`'s file in a coverage folder's
+/// `reports/`, beside the counters files that name it: the gzip document
+/// `?format=mapping` answers, written by the first process of the build
+/// that writes its counters there, so that processes that all exited are
+/// merged exactly too.
+pub fn mapping_file_name(id: &str) -> String {
+    format!("{id}.mapping")
+}
+
 const MAPPING_MAGIC: &[u8; 8] = b"LVCMAP01";
 const COUNTERS_MAGIC: &[u8; 8] = b"LVCCNT01";
 

@@ -622,9 +622,9 @@ pub fn read_report(report: &ReportFile, max_body: usize) -> (Option<Bytes>, Opti
 }
 
 /// The counters a process wrote beside its report (`ReportFile::counters`),
-/// checked, with their build mapping: `Ok(None)` when there are none, or
-/// when no target of that build gave its mapping (an exited process cannot),
-/// and the report joins as LCOV.
+/// checked, with their build mapping (given by a target of that build, or
+/// read from its file beside them): `Ok(None)` when there are none, or
+/// when neither has the mapping, and the report joins as LCOV.
 pub fn read_counters(
     report: &ReportFile,
     mappings: Option<&Mappings>,
@@ -638,7 +638,19 @@ pub fn read_counters(
         .ok()
         .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
         .ok_or_else(not_counters)?;
-    let Some(mapping) = mappings.known(id) else { return Ok(None) };
+    let mapping = match mappings.known(id) {
+        Some(mapping) => mapping,
+        None => {
+            let file = path.with_file_name(livecov::fleet::mapping_file_name(id));
+            if !file.exists() {
+                return Ok(None);
+            }
+            let document = read_bounded(&file, max_body)?;
+            mappings.add(id, document, max_body).map_err(|e| {
+                format!("{}: {e} (remove it: the next report of a process of that build writes it again)", file.display())
+            })?
+        }
+    };
     let counters = bytes.slice(newline + 1..);
     let document = livecov::fleet::gunzip("counters", &counters, max_body).map_err(|e| format!("{}: {e}", path.display()))?;
     mapping.profiles(&document).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -69,6 +69,16 @@ impl Mappings {
         cells.get(id).and_then(|c| c.get().map(|k| k.document.clone()))
     }
 
+    /// Keeps build mapping `id` from its `document` (gzip), read from its
+    /// file in a coverage folder (see `livecov::fleet::mapping_file_name`).
+    pub fn add(&self, id: &str, document: Bytes, max_body: usize) -> Result<Arc<BuildMapping>, String> {
+        let known = decode(id, document, max_body)?;
+        let mapping = known.mapping.clone();
+        // Another thread may have kept it meanwhile: the same document.
+        let _ = self.cell(id).set(known);
+        Ok(mapping)
+    }
+
     fn cell(&self, id: &str) -> Arc<tokio::sync::OnceCell<Known>> {
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
         cells.entry(id.to_owned()).or_default().clone()
@@ -285,21 +295,24 @@ async fn mapping_of(client: &Client, id: &str, mappings: &Mappings, max_body: us
     let mapping = cell
         .get_or_try_init(|| async {
             let r = client.mapping(id).await.map_err(|e| e.to_string())?;
-            let body = r.body.clone();
-            let decoded = tokio::task::spawn_blocking(move || {
-                let document = fleet::gunzip("build mapping", &body, max_body)?;
-                BuildMapping::decode(&document)
-            })
-            .await
-            .map_err(|_| "internal error while reading the build mapping".to_owned())?;
-            let mapping = decoded.map_err(|e| format!("its build mapping: {e}"))?;
-            if mapping.id() != id {
-                return Err(format!("its build mapping is {}, not the {id} its counters named", mapping.id()));
-            }
-            Ok::<_, String>(Known { mapping: Arc::new(mapping), document: r.body })
+            let id = id.to_owned();
+            tokio::task::spawn_blocking(move || decode(&id, r.body, max_body))
+                .await
+                .map_err(|_| "internal error while reading the build mapping".to_owned())?
+                .map_err(|e| format!("its build mapping: {e}"))
         })
         .await?;
     Ok(mapping.mapping.clone())
+}
+
+/// A build mapping's document (gzip), decoded, checked to be `id`.
+fn decode(id: &str, document: Bytes, max_body: usize) -> Result<Known, String> {
+    let decoded = fleet::gunzip("build mapping", &document, max_body).and_then(|d| BuildMapping::decode(&d));
+    let mapping = decoded.map_err(|e| e.to_string())?;
+    if mapping.id() != id {
+        return Err(format!("it is {}, not the {id} the counters named", mapping.id()));
+    }
+    Ok(Known { mapping: Arc::new(mapping), document })
 }
 
 async fn exact_snapshot(

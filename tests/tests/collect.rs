@@ -203,24 +203,54 @@ fn collect_over_a_directory_counts_exited_processes_until_a_reset() {
     collect_ok(&["--dir", cov_arg, "-o", lcov.to_str().unwrap()]);
     assert!(instance_files(&lcov).is_empty());
 
-    // With no live process of its build to give the mapping, an exited
-    // process's report joins as LCOV: here, alone, as it is.
+    // With every process of the build exited, none can give the mapping:
+    // the first to write its counters wrote it beside them, once, and the
+    // merge is exact still: llvm-cov over their exit profiles.
     let alone = dir.join("alone");
     let mut only = Replica::start("127.0.0.1", None, None, &alone, &[]);
+    let mut other = Replica::start("127.0.0.1", None, None, &alone, &[]);
     only.get("/fib?n=3");
-    let only_instance = only.instance();
+    other.get("/primes?limit=10");
+    let (only_instance, other_instance) = (only.instance(), other.instance());
     only.quit();
+    other.quit();
+    let counters = std::fs::read(only.report(&only_instance).with_extension("counters")).unwrap();
+    let id = std::str::from_utf8(&counters[..32]).unwrap();
+    let mapping_file = alone.join("reports").join(format!("{id}.mapping"));
+    let reports: Vec<String> = std::fs::read_dir(alone.join("reports")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(reports.iter().filter(|name| name.ends_with(".mapping")).collect::<Vec<_>>(), [&format!("{id}.mapping")], "{reports:?}");
     let out = dir.join("alone-out");
     collect_ok(&["--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let exit_profiles = [only.pid(), other.pid()].map(|pid| dir.join(format!("exit-127.0.0.1-{pid}.profraw")));
+    assert_eq!(read(&out.join("merged.lcov")), llvm_cov(&exit_profiles, &[], &dir));
+    assert!(instance_files(&out).is_empty());
+    let m = manifest(&out);
+    assert_eq!(m["groups"].as_array().map(Vec::len), Some(1), "{m}");
+    assert_eq!(m["groups"][0]["group"], id, "{m}");
+    // Without it, each report joins as LCOV: here, merged as they are.
+    std::fs::remove_file(&mapping_file).unwrap();
+    collect_ok(&["--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     let only_report = read(&only.report(&only_instance));
-    assert_eq!(read(&out.join("merged.lcov")), only_report);
-    assert_eq!(instance_files(&out), [(format!("{only_instance}.lcov"), only_report)]);
+    let other_report = read(&other.report(&other_instance));
+    assert_eq!(read(&out.join("merged.lcov")), merge(&[&only_report, &other_report]));
+    assert_eq!(instance_files(&out).len(), 2);
     assert!(manifest(&out)["targets"][0]["group"].is_null());
+    // A malformed mapping is an error of the reports that name it, which
+    // says what to do.
+    std::fs::write(&mapping_file, "not a mapping").unwrap();
+    let run = livecov(&["collect", "--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let rows = manifest(&out)["targets"].as_array().unwrap().clone();
+    assert!(rows.iter().all(|row| row["state"] == "error"), "{rows:?}");
+    let error = rows[0]["error"].as_str().unwrap();
+    assert!(error.contains(&format!("{id}.mapping")) && error.contains("remove it"), "{error}");
+    std::fs::remove_file(&mapping_file).unwrap();
     // Malformed counters beside a report are that report's error.
     std::fs::write(only.report(&only_instance).with_extension("counters"), "not counters\n").unwrap();
     let run = livecov(&["collect", "--dir", alone.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
-    let row = &manifest(&out)["targets"][0];
+    let m = manifest(&out);
+    let row = m["targets"].as_array().unwrap().iter().find(|r| r["instance"] == only_instance.as_str()).unwrap();
     assert_eq!(row["state"], "error", "{row}");
     assert!(row["error"].as_str().unwrap().contains("not a livecov counters file"), "{row}");
 }

@@ -889,9 +889,14 @@ fn children_that_run_another_program_leave_no_instance_running() {
         let mut replaced = 0;
         let mut instances = 0;
         let mut files = 0;
+        let mut mappings = 0;
         for e in std::fs::read_dir(cov.join("reports")).expect("reports").flatten() {
-            files += 1;
             let path = e.path();
+            if path.extension().is_some_and(|x| x == "mapping") {
+                mappings += 1;
+                continue;
+            }
+            files += 1;
             if path.extension().is_some_and(|x| x == "json") {
                 instances += 1;
                 let meta: serde_json::Value = serde_json::from_str(&read(&path)).expect("metadata is JSON");
@@ -911,6 +916,7 @@ fn children_that_run_another_program_leave_no_instance_running() {
         };
         assert_eq!((instances, replaced), want, "{name}");
         assert_eq!(files, 3 * instances, "{name}: files of instances that are gone");
+        assert_eq!(mappings, 1, "{name}: the build mapping, once");
         let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
         assert!(sockets.is_empty(), "{name}: sockets left behind: {sockets:?}");
         let collected = Command::new(livecov_tests::livecov_bin())
@@ -974,7 +980,7 @@ fn a_second_copy_of_livecov_does_not_start_a_second_agent() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("LIVECOV_ALREADY_STARTED") && stderr.contains("another livecov agent"), "{stderr}");
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports/").count();
-    assert_eq!(reports, 3, "one instance: its .lcov, .counters and .json");
+    assert_eq!(reports, 4, "one instance: its .lcov, .counters and .json, and its build's .mapping");
 }
 
 // ---------------------------------------------------------------- the C API from C
@@ -1295,7 +1301,7 @@ fn installs_with_a_pkg_config_file() {
     let expected = llvm_cov(Toolchain::Clang19, &exe, &[], &[dir.join("c.profraw")], &dir);
     assert_same_lcov(&read(&dir.join("c.lcov")), &expected, "app linked with -llivecov");
     let reports = std::fs::read_dir(dir.join("cov/reports")).expect("reports").count();
-    assert_eq!(reports, 3, "one instance: its .lcov, .counters and .json");
+    assert_eq!(reports, 4, "one instance: its .lcov, .counters and .json, and its build's .mapping");
 }
 
 /// A file of the docs' example (fixtures/native/example), checked to be

@@ -134,15 +134,9 @@ struct Meta {
 struct Collected {
     manifest: serde_json::Value,
     merged: String,
-    out: PathBuf,
 }
 
 impl Collected {
-    /// The static handler's count in one instance's LCOV.
-    fn static_count(&self, instance: &str) -> u64 {
-        static_count(&fs::read_to_string(self.out.join("instances").join(format!("{instance}.lcov"))).expect("an instance's LCOV"))
-    }
-
     /// The manifest's target of `instance`.
     fn target(&self, instance: &str) -> &serde_json::Value {
         let targets = self.manifest["targets"].as_array().expect("targets");
@@ -387,7 +381,7 @@ impl Nginx {
         let manifest = serde_json::from_str(&fs::read_to_string(out.join("manifest.json")).expect("manifest.json"))
             .expect("JSON manifest");
         let merged = fs::read_to_string(out.join("merged.lcov")).expect("merged.lcov");
-        Collected { manifest, merged, out }
+        Collected { manifest, merged }
     }
 }
 
@@ -484,7 +478,12 @@ fn reload_then_stop_leaves_the_reports_of_the_retired_and_the_new_workers() {
         let reports = n.assert_final_reports(&pids(&[&[n.pid()], &retired, &new]));
         let c = n.collect(false);
         assert_eq!(c.manifest["instances"], 5, "{:#}", c.manifest);
-        let served = |workers: &[u32]| workers.iter().map(|w| c.static_count(&reports[w].instance)).sum::<u64>();
+        // All exited, merged exactly: the master (root) wrote the build's
+        // mapping, which the workers (nobody) could not.
+        let groups = c.manifest["groups"].as_array().expect("groups");
+        assert!(groups.len() == 1 && groups[0]["instances"].as_array().map(Vec::len) == Some(5), "{:#}", c.manifest);
+        let report = |w: &u32| n.cov().join("reports").join(format!("{}.lcov", reports[w].instance));
+        let served = |workers: &[u32]| workers.iter().map(|w| static_count(&fs::read_to_string(report(w)).expect("a final report"))).sum::<u64>();
         assert_eq!((served(&retired), served(&new)), (3, 4), "requests served before and after the reload");
         assert_eq!(static_count(&c.merged), 7);
     }

@@ -440,7 +440,9 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
     // Nothing half written left behind, and no socket.
     let mut left: Vec<String> = std::fs::read_dir(&reports).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
-    assert_eq!(left, [format!("{instance}.counters"), format!("{instance}.json"), format!("{instance}.lcov")]);
+    let counters = std::fs::read(reports.join(format!("{instance}.counters"))).expect("the counters");
+    let mapping = format!("{}.mapping", String::from_utf8_lossy(&counters[..32]));
+    assert_eq!(left, [mapping, format!("{instance}.counters"), format!("{instance}.json"), format!("{instance}.lcov")]);
     assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
     drop(disk);
 }

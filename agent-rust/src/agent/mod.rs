@@ -606,10 +606,34 @@ impl Agent {
                 bytes.extend_from_slice(&gzip);
                 if let Err(e) = file.write(&[&bytes]) {
                     eprintln!("livecov: cannot write {}: {e}", file.path().display());
+                    return;
                 }
+                self.mapping_beside(file.path(), &id);
             }
             Ok(Err(e)) => eprintln!("livecov: no counters beside the report (an exact merge takes the report): {e}"),
             Err(_) => eprintln!("livecov: internal error while writing the counters (please report it)"),
+        }
+    }
+
+    /// Writes the build mapping `id` beside the `counters` file, as
+    /// `reports/<id>.mapping` (what `?format=mapping` answers), unless a
+    /// process of the build did already: a collector then merges exactly
+    /// the counters of processes that all exited, which cannot give it.
+    /// Once per build and folder (2 MB uncompressed, 20 ms, for redis).
+    /// A process that cannot create it (one that gave up root) leaves it
+    /// to another: without it, its report joins a merge as LCOV.
+    fn mapping_beside(&self, counters: &Path, id: &str) {
+        let path = counters.with_file_name(crate::fleet::mapping_file_name(id));
+        if path.exists() {
+            return;
+        }
+        let mapping = std::panic::catch_unwind(|| self.engine().mapping(&self.report_settings()));
+        // The modules changed since the counters were read: the next
+        // report writes it.
+        if let Ok(Ok((gzip, mapping_id))) = mapping {
+            if mapping_id == id {
+                let _ = reports::write_atomically(&path, &[&gzip]);
+            }
         }
     }
 
