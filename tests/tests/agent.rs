@@ -384,3 +384,41 @@ fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
     let local = start("tcp-loopback", &[], &[("LIVECOV_LISTEN", "127.0.0.1:0")]);
     assert_eq!(health_over_tcp(metadata_tcp(&local).as_str().expect("TCP address")), 200);
 }
+
+/// A program that puts descriptors at small numbers itself once its agent
+/// started (`dup2`, as a daemon does with those it hands to what it runs)
+/// keeps its agent: started from `main` before any other thread of the
+/// program, the agent builds its server's runtime with those numbers held,
+/// so that its `epoll` and `eventfd` are past them.
+#[test]
+fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
+    let dir = livecov_tests::service::scratch("agent", "null-low");
+    let cov = dir.join("cov");
+    let stderr = dir.join("stderr");
+    let mut cmd = Command::new(service_bin());
+    cmd.arg("--null-low")
+        .env("LIVECOV_DIR", &cov)
+        .env("LIVECOV_DEMANGLE", "0")
+        .env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw"))
+        .stderr(std::fs::File::create(&stderr).expect("a file for stderr"));
+    let mut s = Service::spawn(cmd, cov);
+    for n in [10, 20] {
+        assert!(s.get(&format!("/fib?n={n}")).starts_with("HTTP/1.1 200"));
+        assert!(function_count(&s.coverage(""), "handlers.rs", "handlers3fib") > 0);
+    }
+    // Below 64, the program's /dev/null (and the service's listener, made
+    // after), none of the agent's runtime.
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", s.child.id())).expect("the service's descriptors");
+    let mut low: Vec<(i32, String)> = fds
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, std::fs::read_link(e.path()).ok()?.display().to_string())))
+        .filter(|&(fd, _)| (3..64).contains(&fd))
+        .collect();
+    low.sort();
+    assert!(low.iter().filter(|(_, target)| target == "/dev/null").count() >= 60, "{low:?}");
+    assert!(!low.iter().any(|(_, target)| target.starts_with("anon_inode:")), "{low:?}");
+    assert!(s.get("/quit").starts_with("HTTP/1.1 200"));
+    assert!(s.child.wait().expect("the service ends").success());
+    let said = std::fs::read_to_string(&stderr).expect("its stderr");
+    assert!(said.is_empty(), "{said}");
+}

@@ -190,6 +190,12 @@ pub fn hold_program_numbers() -> ProgramNumbersHeld {
     ProgramNumbersHeld(if room { take_free(|_, fd| fd < PROGRAM_NUMBERS) } else { Vec::new() })
 }
 
+/// Whether the calling thread is the process's only one: then no thread of
+/// the program opens a descriptor while the numbers are held.
+pub fn only_thread() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
+}
+
 /// Takes free numbers, the lowest first (duplicates of one descriptor of
 /// our own), while `more(how many taken, the next)` says so; the caller
 /// closes them.

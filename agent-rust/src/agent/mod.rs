@@ -139,6 +139,15 @@ pub fn start_with(config: Config) -> Result<&'static Agent, String> {
     if let Some(agent) = current() {
         return Ok(agent);
     }
+    // Started at the top of `main`, before the program made a thread: the
+    // server's runtime is built here with the numbers programs use held,
+    // as the C shim's constructor does (see `server::prebuild_runtime`).
+    // With another thread running, that thread's descriptors would land
+    // past them too, and a `dup2` of its onto a held one would be undone.
+    if descriptors::only_thread() {
+        let _held = descriptors::hold_program_numbers();
+        server::prebuild_runtime();
+    }
     std::panic::catch_unwind(|| launch(config, false))
         .unwrap_or_else(|_| Err("internal error while starting (please report it)".into()))
 }
