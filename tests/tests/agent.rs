@@ -422,3 +422,35 @@ fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
     let said = std::fs::read_to_string(&stderr).expect("its stderr");
     assert!(said.is_empty(), "{said}");
 }
+
+/// A child forked after the parent's dumps takes the parent's engine as
+/// their last dump left it, and updates it: its report is still exactly its
+/// own counts (llvm-cov over its exit profile), the parent's work at zero;
+/// the parent's next dump still counts its own.
+#[test]
+fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
+    let s = start("fork-warm", &[], &[]);
+    for limit in [10, 50] {
+        assert!(s.get(&format!("/primes?limit={limit}")).starts_with("HTTP/1.1 200"));
+        assert!(function_count(&s.coverage(""), "handlers.rs", "handlers6primes") > 0);
+    }
+    let answer = s.get("/fork?n=9");
+    let pid: u32 = answer.rsplit("\r\n\r\n").next().and_then(|b| b.trim().parse().ok()).unwrap_or_else(|| panic!("{answer}"));
+    let reports = s.cov_dir().join("reports");
+    let report = std::fs::read_dir(&reports)
+        .expect("reports/")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with(&format!("rust-{pid}-")) && name.ends_with(".lcov")
+        })
+        .unwrap_or_else(|| panic!("no report of the child {pid}"));
+    let report = std::fs::read_to_string(report).expect("the child's report");
+    assert_eq!(report, llvm_cov_lcov(&[s.dir.join(format!("exit-{pid}.profraw"))], &[], &s.dir));
+    assert!(function_count(&report, "handlers.rs", "handlers3fib") > 0, "{report}");
+    assert_eq!(function_count(&report, "handlers.rs", "handlers6primes"), 0, "{report}");
+    let parent = s.coverage("");
+    assert_eq!(function_count(&parent, "handlers.rs", "handlers6primes"), 2);
+    assert_eq!(function_count(&parent, "handlers.rs", "handlers3fib"), 0);
+}

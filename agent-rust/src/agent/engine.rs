@@ -1385,6 +1385,12 @@ impl Engine {
     }
 
     /// Records the current counts as the new zero.
+    /// Forgets the last reset: in a forked child, whose counters were
+    /// zeroed, reports count from there.
+    pub fn forget_reset(&mut self) {
+        self.baseline.iter_mut().for_each(|base| *base = None);
+    }
+
     pub fn reset(&mut self) -> Result<()> {
         let snapshots = self.snapshot(Data::None)?;
         self.rebase(&snapshots);
