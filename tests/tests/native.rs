@@ -135,6 +135,8 @@ struct Built {
     fork_exec: PathBuf,
     /// fork_dup2.c, instrumented.
     fork_dup2: PathBuf,
+    /// fork_after.c + work.c, instrumented.
+    fork_after: PathBuf,
     /// api_test.c, instrumented, linked with liblivecov.a.
     api_test: PathBuf,
     /// api_test.c without instrumentation (-DNOT_INSTRUMENTED).
@@ -202,6 +204,7 @@ fn build(toolchain: Toolchain) -> Built {
         drop_user: compile("drop_user", &[cov, strict].concat(), &["drop_user.c", "work.c"], &[], &[]),
         fork_exec: compile("fork_exec", &[cov, strict].concat(), &["fork_exec.c"], &[], &[]),
         fork_dup2: compile("fork_dup2", &[cov, strict].concat(), &["fork_dup2.c"], &[], &[]),
+        fork_after: compile("fork_after", &[cov, strict].concat(), &["fork_after.c", "work.c"], &[], &[]),
         api_test: compile("api_test", &[cov, strict].concat(), &["api_test.c"], &[a], NATIVE_STATIC_LIBS),
         api_test_uninstrumented: compile(
             "api_test_uninstrumented",
@@ -861,6 +864,56 @@ fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
         let sockets: Vec<_> = std::fs::read_dir(cov.join("sockets")).expect("sockets").flatten().map(|e| e.file_name()).collect();
         assert!(sockets.is_empty(), "{name}: sockets left behind: {sockets:?}");
     }
+}
+
+/// A child forked after its parent's agent was dumped starts from the
+/// parent's engine as those dumps left it, and updates it (the functions
+/// that ran in the parent are at zero in the child): its final report is
+/// still llvm-cov's over its exit profile, byte for byte, branches too.
+#[test]
+fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("fork-after-dumps");
+    let cov = dir.join("cov");
+    let mut run = command(&b.fork_after, &dir);
+    run.env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw")).env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+    let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_after");
+    let mut stdin = program.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("its first line");
+    let pid: u32 = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {line:?}"));
+    let mut said = |command: &str| {
+        stdin.write_all(command.as_bytes()).expect("a command");
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("its answer");
+        line.trim().to_owned()
+    };
+    let socket = cov.join("sockets").join(format!("{}.sock", instance_of(&cov, pid)));
+    for n in [30, 10] {
+        assert_eq!(said(&format!("work {n}\n")), "done");
+        let (status, body) = unix_get(&socket, "/coverage");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+    let answer = said("fork 12\n");
+    let child: u32 = answer.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {answer:?}"));
+    let reports = std::fs::read_dir(cov.join("reports")).expect("reports").flatten().map(|e| e.path());
+    let report = reports
+        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("native-{child}-"))))
+        .unwrap_or_else(|| panic!("no report of the child {child}"));
+    let report = read(&report);
+    let expected = llvm_cov(Toolchain::Clang19, &b.fork_after, &[], &[dir.join(format!("exit-{child}.profraw"))], &dir);
+    assert_same_lcov(&report, &expected, "the child's final report");
+    let files = parse_lcov(&report);
+    let work = file_ending(&files, "work.c");
+    assert_eq!((work.functions.get("work_fib"), work.functions.get("work_count_primes")), (Some(&1), Some(&0)), "{report}");
+    assert!(report.contains("BRDA:"), "branches in the report: {report}");
+    assert_eq!(said("quit\n"), "");
+    assert!(program.wait().expect("wait for fork_after").success());
+    let mut stderr = String::new();
+    program.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("its stderr");
+    assert!(stderr.is_empty(), "{stderr}");
 }
 
 #[test]

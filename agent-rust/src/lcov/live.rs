@@ -873,6 +873,12 @@ enum Held {
     Current,
     Other,
     Neither,
+    /// Neither, and every count is zero (a forked child's functions that
+    /// ran in the parent, a reset's): its summary is its lines and
+    /// branches, none hit. Which lines and branches a summary counts does
+    /// not depend on the counts, only which of them were hit: its function
+    /// need not be decoded again.
+    NoneHit,
 }
 
 impl Member {
@@ -919,7 +925,10 @@ impl Member {
     /// one whose [`zero_mask`] (read into `mask`, and trusted) is the same.
     fn held(&self, masks: &[u64], tally: Tally<'_>, mask: &mut Vec<u64>) -> Held {
         match zero_mask(tally, mask) {
-            true => self.held_for(masks, mask),
+            true => match self.held_for(masks, mask) {
+                Held::Neither if mask.iter().all(|&word| word == 0) => Held::NoneHit,
+                held => held,
+            },
             false => Held::Neither,
         }
     }
@@ -1412,14 +1421,19 @@ impl LiveFile {
                 let Ok(k) = loaded.binary_search_by_key(&(member.function as usize), |l| l.0) else { continue };
                 let tally = tallies.at(loaded[k].1);
                 // Without `records`, each summary holds (see
-                // `records_needed`): only one kept as the other is looked for.
-                let held = match records.is_none() && !member.keeps_other() {
+                // `records_needed`): only one kept as the other is looked
+                // for, or none hit, which a function that ran cannot be.
+                let held = match records.is_none() && !member.keeps_other() && tally.execution_count() != 0 {
                     true => Held::Current,
                     false => member.held(&self.masks, tally, mask),
                 };
                 match held {
                     Held::Current => {}
                     Held::Other => member.swap(&mut self.masks, mask.len()),
+                    Held::NoneHit => {
+                        let none_hit = Summary { lines_hit: 0, branches_hit: 0, ..member.summary() };
+                        member.set_with_mask(&mut self.masks, mask, none_hit);
+                    }
                     // In `records` (see `records_needed`).
                     Held::Neither => {
                         let record = records.and_then(|r| Some((r.coverage, *r.index_of.get(&(member.function as usize))?)));
