@@ -1384,13 +1384,13 @@ impl Engine {
         Ok((document, id))
     }
 
-    /// Records the current counts as the new zero.
     /// Forgets the last reset: in a forked child, whose counters were
     /// zeroed, reports count from there.
     pub fn forget_reset(&mut self) {
         self.baseline.iter_mut().for_each(|base| *base = None);
     }
 
+    /// Records the current counts as the new zero.
     pub fn reset(&mut self) -> Result<()> {
         let snapshots = self.snapshot(Data::None)?;
         self.rebase(&snapshots);
