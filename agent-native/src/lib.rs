@@ -386,10 +386,7 @@ fn autostart() {
     as_native(&mut config);
     // The runtime's descriptors here, before `main`, past the numbers
     // programs use (see `agent::server::prebuild_runtime`).
-    {
-        let _held = agent::descriptors::hold_program_numbers();
-        agent::server::prebuild_runtime();
-    }
+    agent::server::prebuild_runtime();
     // In the background: the socket and the metadata are made on the
     // agent's thread, not before `main`.
     match agent::start_in_background(config) {

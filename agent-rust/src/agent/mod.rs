@@ -68,6 +68,10 @@ pub struct Agent {
     /// Work whose answer the server sends left memory to give back once it
     /// is sent (see [`Agent::engine_to_answer`]).
     release_due: AtomicBool,
+    /// The build mapping id last written beside the counters, or tried:
+    /// a process that cannot create the file does not compute the mapping
+    /// again at each report (see [`Agent::mapping_beside`]).
+    mapping_tried: Mutex<Option<String>>,
 }
 
 /// How long the engine is left without work before `Config::at_rest`:
@@ -145,7 +149,6 @@ pub fn start_with(config: Config) -> Result<&'static Agent, String> {
     // With another thread running, that thread's descriptors would land
     // past them too, and a `dup2` of its onto a held one would be undone.
     if descriptors::only_thread() {
-        let _held = descriptors::hold_program_numbers();
         server::prebuild_runtime();
     }
     std::panic::catch_unwind(|| launch(config, false))
@@ -252,6 +255,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         ready: (Mutex::new(false), std::sync::Condvar::new()),
         worked_at: AtomicU64::new(0),
         release_due: AtomicBool::new(false),
+        mapping_tried: Mutex::new(None),
     }));
     if AGENT
         .compare_exchange(std::ptr::null_mut(), agent as *const Agent as *mut Agent, Ordering::AcqRel, Ordering::Acquire)
@@ -633,9 +637,12 @@ impl Agent {
     /// to another: without it, its report joins a merge as LCOV.
     fn mapping_beside(&self, counters: &Path, id: &str) {
         let path = counters.with_file_name(crate::fleet::mapping_file_name(id));
-        if path.exists() {
+        let mut tried = lock(&self.mapping_tried);
+        if tried.as_deref() == Some(id) || path.exists() {
             return;
         }
+        *tried = Some(id.to_owned());
+        drop(tried);
         let mapping = std::panic::catch_unwind(|| self.engine().mapping(&self.report_settings()));
         // The modules changed since the counters were read: the next
         // report writes it.

@@ -597,13 +597,15 @@ fn build_runtime() -> io::Result<Runtime> {
     Ok((runtime, server))
 }
 
-/// Builds the next server's runtime now: the C shim's constructor does,
-/// before `main`, holding the numbers programs use
+/// Builds the next server's runtime now, holding the numbers programs use
 /// ([`super::descriptors::hold_program_numbers`]), so that its `epoll` and
-/// `eventfd` are past them. Built on the agent's thread, with `main`
-/// running, they took the lowest numbers free, and a `dup2` of the
-/// program's onto them stopped the agent's server.
+/// `eventfd` are past them: only where no thread of the program runs (the
+/// C shim's constructor, before `main`; a start before the program made a
+/// thread). Built on the agent's thread, with `main` running, they took
+/// the lowest numbers free, and a `dup2` of the program's onto them
+/// stopped the agent's server.
 pub fn prebuild_runtime() {
+    let _held = super::descriptors::hold_program_numbers();
     if let Ok(runtime) = build_runtime() {
         *lock(&PREBUILT) = Some(runtime);
     }
