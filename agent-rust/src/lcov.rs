@@ -193,6 +193,42 @@ pub fn write_file(out: &mut String, coverage: &Coverage<'_>, file: FileName, opt
     out.push_str("end_of_record\n");
 }
 
+/// A file's record (as [`write_file`] writes it, without `TN:`) as it reads
+/// when every count is zero: `DA` and `FNDA` counts 0, `BRDA` counts `-`
+/// (neither branch of a pair ran), `FNH`, `BRH` and `LH` 0, the rest as it
+/// is. Which lines, branches and functions a record has does not depend on
+/// the counts, only which of them ran (but for a zero-region stub, which
+/// llvm-cov loads only when its function has no counts: the caller sees to
+/// those). `None` for a line it does not know.
+#[cfg(feature = "agent")]
+pub fn with_zero_counts(record: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(record.len());
+    let mut from = 0;
+    for end in memchr::memchr_iter(b'\n', record) {
+        let line = &record[from..=end];
+        from = end + 1;
+        if line.starts_with(b"DA:") || line.starts_with(b"BRDA:") {
+            // The count ends the line, after the last comma.
+            let comma = memchr::memrchr(b',', line)?;
+            out.extend_from_slice(&line[..=comma]);
+            out.extend_from_slice(if line[0] == b'D' { b"0\n" } else { b"-\n" });
+        } else if let Some(rest) = line.strip_prefix(b"FNDA:") {
+            // The count comes first; the name, which may hold commas, after.
+            let comma = memchr::memchr(b',', rest)?;
+            out.extend_from_slice(b"FNDA:0");
+            out.extend_from_slice(&rest[comma..]);
+        } else if let Some(tag) = [&b"FNH:"[..], b"BRH:", b"LH:"].into_iter().find(|tag| line.starts_with(tag)) {
+            out.extend_from_slice(tag);
+            out.extend_from_slice(b"0\n");
+        } else if [&b"SF:"[..], b"FN:", b"FNF:", b"BRF:", b"LF:", b"end_of_record\n"].iter().any(|tag| line.starts_with(tag)) {
+            out.extend_from_slice(line);
+        } else {
+            return None;
+        }
+    }
+    (from == record.len()).then_some(out)
+}
+
 /// The display names of the functions defined in `file`, each demangled
 /// once for both of its records: the i-th is `names[ends[i-1]..ends[i]]`.
 fn defined_names(coverage: &Coverage<'_>, file: FileName, no_demangle: bool) -> (String, Vec<usize>) {
@@ -557,6 +593,19 @@ mod tests {
         let report = "SF:/build/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n".to_owned();
         let map = vec![("/build".to_owned(), "/src".to_owned())];
         assert_eq!(map_paths(report, &map), "SF:/src/src/a.rs\nFN:1,/build/x\nSF:/other/b.rs\n");
+    }
+
+    #[cfg(feature = "agent")]
+    #[test]
+    fn a_record_with_zero_counts_keeps_its_lines() {
+        let record = "SF:/src/a,b.c\nFN:3,7,f\nFN:9,12,g,h\nFNDA:12,f\nFNDA:0,g,h\nFNF:2\nFNH:1\nDA:3,12\nDA:4,0\n\
+                      DA:10,1234567\nBRDA:4,0,0,5\nBRDA:4,0,1,-\nBRDA:4,0,2,0\nBRF:3\nBRH:1\nLF:3\nLH:2\nend_of_record\n";
+        let zero = "SF:/src/a,b.c\nFN:3,7,f\nFN:9,12,g,h\nFNDA:0,f\nFNDA:0,g,h\nFNF:2\nFNH:0\nDA:3,0\nDA:4,0\n\
+                    DA:10,0\nBRDA:4,0,0,-\nBRDA:4,0,1,-\nBRDA:4,0,2,-\nBRF:3\nBRH:0\nLF:3\nLH:0\nend_of_record\n";
+        assert_eq!(super::with_zero_counts(record.as_bytes()).as_deref(), Some(zero.as_bytes()));
+        for unknown in ["TN:x\n", "DA:3\n", "FNDA:3\n", "LH:2", "MCDC:1,2,t,0\n"] {
+            assert_eq!(super::with_zero_counts(unknown.as_bytes()), None, "{unknown:?}");
+        }
     }
 
     #[test]

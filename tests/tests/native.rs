@@ -895,20 +895,24 @@ fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
         let (status, body) = unix_get(&socket, "/coverage");
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
-    let answer = said("fork 12\n");
-    let child: u32 = answer.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {answer:?}"));
-    let reports = std::fs::read_dir(cov.join("reports")).expect("reports").flatten().map(|e| e.path());
-    let report = reports
-        .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("native-{child}-"))))
-        .unwrap_or_else(|| panic!("no report of the child {child}"));
-    let report = read(&report);
-    let expected = llvm_cov(Toolchain::Clang19, &b.fork_after, &[], &[dir.join(format!("exit-{child}.profraw"))], &dir);
-    assert_same_lcov(&report, &expected, "the child's final report");
-    let files = parse_lcov(&report);
-    let work = file_ending(&files, "work.c");
-    assert_eq!((work.functions.get("work_fib"), work.functions.get("work_count_primes")), (Some(&1), Some(&0)), "{report}");
-    assert!(report.contains("BRDA:"), "branches in the report: {report}");
+    // A child that runs work.c, and one that runs none of it: its record
+    // there is the parent's with every count zero.
+    for (n, fib) in [(12, 1), (0, 0)] {
+        let answer = said(&format!("fork {n}\n"));
+        let child: u32 = answer.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {answer:?}"));
+        let reports = std::fs::read_dir(cov.join("reports")).expect("reports").flatten().map(|e| e.path());
+        let report = reports
+            .filter(|p| p.extension().is_some_and(|e| e == "lcov"))
+            .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("native-{child}-"))))
+            .unwrap_or_else(|| panic!("no report of the child {child}"));
+        let report = read(&report);
+        let expected = llvm_cov(Toolchain::Clang19, &b.fork_after, &[], &[dir.join(format!("exit-{child}.profraw"))], &dir);
+        assert_same_lcov(&report, &expected, &format!("the final report of the child of fork {n}"));
+        let files = parse_lcov(&report);
+        let work = file_ending(&files, "work.c");
+        assert_eq!((work.functions.get("work_fib"), work.functions.get("work_count_primes")), (Some(&fib), Some(&0)), "{report}");
+        assert!(report.contains("BRDA:"), "branches in the report: {report}");
+    }
     assert_eq!(said("quit\n"), "");
     assert!(program.wait().expect("wait for fork_after").success());
     let mut stderr = String::new();

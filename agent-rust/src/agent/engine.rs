@@ -56,6 +56,9 @@ pub struct Engine {
     /// Whether the last LCOV report was computed from the one before (a
     /// warm dump); false after other work. Cleared by the agent.
     pub warm: bool,
+    /// Whether the counts restarted from zero since the last report: a
+    /// forked child's (see [`Self::count_from_zero`]).
+    zero_due: bool,
 }
 
 /// What [`Engine::snapshot`] reads of the modules' data sections (see
@@ -1037,13 +1040,17 @@ impl Engine {
                 rebuild.extend(self.mapping.filenames(&self.mapping.functions[i]).iter().copied());
             }
         }
-        let last = &mut self.last;
         rebuild.sort_unstable();
         rebuild.dedup();
 
         let ignored = ignored_files(&self.mapping, options.ignore);
         rebuild.retain(|&f| !ignored[f as usize]);
-        last.files.resize_with(self.mapping.files.len(), FileRecord::default);
+        self.last.files.resize_with(self.mapping.files.len(), FileRecord::default);
+        let zeroed = match std::mem::take(&mut self.zero_due) && !whole {
+            true => self.zero_uncounted(&changed_functions, &rebuild),
+            false => Vec::new(),
+        };
+        let last = &mut self.last;
         // The files with a record in parts that changed functions touch,
         // and which: (file, function) pairs; the parked records they touch
         // are computed whole.
@@ -1052,7 +1059,7 @@ impl Engine {
         let mut pairs: Vec<(FileName, u32)> = Vec::with_capacity(files_of_changed);
         let mut unparked = Vec::new();
         for &i in &changed_functions {
-            for &file in files_of(i) {
+            for &file in files_of(i).iter().filter(|file| zeroed.binary_search(file).is_err()) {
                 match last.files[file as usize] {
                     FileRecord::Live(_) if rebuild.binary_search(&file).is_err() => pairs.push((file, i as u32)),
                     FileRecord::Parked(_) => unparked.push(file),
@@ -1140,6 +1147,50 @@ impl Engine {
         }
         last.report = report;
         Ok(last.report.clone())
+    }
+
+    /// In a forked child's first report, where its parent's last dump left
+    /// the engine: makes the records of the files that the `changed`
+    /// functions reach and where no function counts now read with every
+    /// count zero (see [`lcov::with_zero_counts`]), and returns those files
+    /// (ascending), for the report to leave as they are. Updated, every
+    /// function that ran in the parent would be computed again, most of
+    /// them in files the child never reaches (a redis `BGSAVE` child counts
+    /// in 21 files of 202).
+    ///
+    /// Not the files to compute whole (`rebuild`, ascending): a
+    /// zero-region stub there, which llvm-cov loads only when its function
+    /// has no counts, may come or go.
+    fn zero_uncounted(&mut self, changed: &[usize], rebuild: &[FileName]) -> Vec<FileName> {
+        let last = &mut self.last;
+        let files_of = |i: u32| self.mapping.filenames(&self.mapping.functions[i as usize]);
+        // The files of the functions with counts: the child's, and the
+        // parent's as last dumped where the child's are the same.
+        let mut counted: Vec<FileName> = Vec::new();
+        for (k, merged) in last.merged.iter().enumerate() {
+            if last.counts_of(merged).is_some_and(|counts| counts.iter().any(|&c| c != 0)) {
+                counted.extend(last.functions_of_key(k).iter().flat_map(|&i| files_of(i)));
+            }
+        }
+        counted.sort_unstable();
+        counted.dedup();
+        let mut zeroed: Vec<FileName> = changed.iter().flat_map(|&i| files_of(i as u32)).copied().collect();
+        zeroed.sort_unstable();
+        zeroed.dedup();
+        zeroed.retain(|file| {
+            if counted.binary_search(file).is_ok() || rebuild.binary_search(file).is_ok() {
+                return false;
+            }
+            let Some(record) = last.files.get_mut(*file as usize) else { return false };
+            match record.text().and_then(|text| lcov::with_zero_counts(text)) {
+                Some(zero) => {
+                    *record = FileRecord::Parked(Bytes::from(zero));
+                    true
+                }
+                None => false,
+            }
+        });
+        zeroed
     }
 
     /// Keeps the parts of the stretches of several functions that the
@@ -1385,9 +1436,11 @@ impl Engine {
     }
 
     /// Forgets the last reset: in a forked child, whose counters were
-    /// zeroed, reports count from there.
-    pub fn forget_reset(&mut self) {
+    /// zeroed, reports count from there, and the next one finds most of
+    /// its records at zero (see [`Self::zero_uncounted`]).
+    pub fn count_from_zero(&mut self) {
         self.baseline.iter_mut().for_each(|base| *base = None);
+        self.zero_due = true;
     }
 
     /// Records the current counts as the new zero.

@@ -946,14 +946,15 @@ unsafe extern "C" fn after_fork_in_child() {
     process::forget_claim_in_child();
     process::close_wakeup();
     // The parent's engine as its last dump left it, unless a thread of the
-    // parent had it at the fork: the child's reports update it (the
-    // functions whose counts differ from that dump's, which compares them
-    // exactly) where they would compute every file again. Its reset goes:
-    // the child's counts begin at zero.
+    // parent had it at the fork: the child's first report takes the records
+    // of the files where nothing counts any more as they were with every
+    // count zero, and updates the others (the functions whose counts
+    // differ from that dump's), where it would compute every file again.
+    // Its reset goes: the child's counts begin at zero.
     if let (Ok(mut engine), Ok(mut parked)) = (parent.engine.try_lock(), PARKED.try_lock()) {
         if parked.is_none() {
             let mut engine = std::mem::take(&mut *engine);
-            engine.forget_reset();
+            engine.count_from_zero();
             *parked = Some(engine);
         }
     }
