@@ -483,6 +483,22 @@ impl Incremental {
         self.key_functions.get(at(k)..at(k + 1)).unwrap_or_default()
     }
 
+    /// Whether each function of the `mapping` counts now: a count of its
+    /// key's merged counts is not zero.
+    fn counted(&self, mapping: &CoverageMapping) -> Vec<bool> {
+        let mut counted = vec![false; mapping.functions.len()];
+        for (k, merged) in self.merged.iter().enumerate() {
+            if self.counts_of(merged).is_some_and(|counts| counts.iter().any(|&c| c != 0)) {
+                for &i in self.functions_of_key(k) {
+                    if let Some(c) = counted.get_mut(i as usize) {
+                        *c = true;
+                    }
+                }
+            }
+        }
+        counted
+    }
+
     /// Sets the merged counts of `keys[k]`: the words of its one `record`
     /// when they are those counts, a copy in `counts` otherwise.
     fn set_merged(&mut self, k: usize, counts: Option<&[u64]>, record: Option<&Merged>) {
@@ -1046,9 +1062,11 @@ impl Engine {
         let ignored = ignored_files(&self.mapping, options.ignore);
         rebuild.retain(|&f| !ignored[f as usize]);
         self.last.files.resize_with(self.mapping.files.len(), FileRecord::default);
-        let zeroed = match std::mem::take(&mut self.zero_due) && !whole {
-            true => self.zero_uncounted(&changed_functions, &rebuild),
-            false => Vec::new(),
+        // In a forked child's first report, the functions that count now.
+        let counted = (std::mem::take(&mut self.zero_due) && !whole).then(|| self.last.counted(&self.mapping));
+        let zeroed = match &counted {
+            Some(counted) => self.zero_uncounted(counted, &changed_functions, &rebuild),
+            None => Vec::new(),
         };
         let last = &mut self.last;
         // The files with a record in parts that changed functions touch,
@@ -1075,7 +1093,12 @@ impl Engine {
             .filter(|&f| starts[f] < starts[f + 1])
             .filter_map(|f| {
                 let changed = functions[starts[f] as usize..starts[f + 1] as usize].iter().map(|&i| i as usize);
-                Some((f as FileName, last.files[f].live()?.reach(changed.collect())))
+                let live = last.files[f].live()?;
+                let mut reach = live.reach(changed.collect());
+                if let Some(counted) = &counted {
+                    live.zero_uncounted(&mut reach, |i| counted[i as usize]);
+                }
+                Some((f as FileName, reach))
             })
             .collect();
         self.keep_parts(&reached)?;
@@ -1151,8 +1174,8 @@ impl Engine {
 
     /// In a forked child's first report, where its parent's last dump left
     /// the engine: makes the records of the files that the `changed`
-    /// functions reach and where no function counts now read with every
-    /// count zero (see [`lcov::with_zero_counts`]), and returns those files
+    /// functions reach and where no function counts now (see
+    /// [`Incremental::counted`]) read with every count zero (see [`lcov::with_zero_counts`]), and returns those files
     /// (ascending), for the report to leave as they are. Updated, every
     /// function that ran in the parent would be computed again, most of
     /// them in files the child never reaches (a redis `BGSAVE` child counts
@@ -1161,24 +1184,18 @@ impl Engine {
     /// Not the files to compute whole (`rebuild`, ascending): a
     /// zero-region stub there, which llvm-cov loads only when its function
     /// has no counts, may come or go.
-    fn zero_uncounted(&mut self, changed: &[usize], rebuild: &[FileName]) -> Vec<FileName> {
+    fn zero_uncounted(&mut self, counted: &[bool], changed: &[usize], rebuild: &[FileName]) -> Vec<FileName> {
         let last = &mut self.last;
-        let files_of = |i: u32| self.mapping.filenames(&self.mapping.functions[i as usize]);
-        // The files of the functions with counts: the child's, and the
-        // parent's as last dumped where the child's are the same.
-        let mut counted: Vec<FileName> = Vec::new();
-        for (k, merged) in last.merged.iter().enumerate() {
-            if last.counts_of(merged).is_some_and(|counts| counts.iter().any(|&c| c != 0)) {
-                counted.extend(last.functions_of_key(k).iter().flat_map(|&i| files_of(i)));
-            }
-        }
-        counted.sort_unstable();
-        counted.dedup();
-        let mut zeroed: Vec<FileName> = changed.iter().flat_map(|&i| files_of(i as u32)).copied().collect();
+        let files_of = |i: usize| self.mapping.filenames(&self.mapping.functions[i]);
+        let mut counted_files: Vec<FileName> =
+            (0..counted.len()).filter(|&i| counted[i]).flat_map(files_of).copied().collect();
+        counted_files.sort_unstable();
+        counted_files.dedup();
+        let mut zeroed: Vec<FileName> = changed.iter().flat_map(|&i| files_of(i)).copied().collect();
         zeroed.sort_unstable();
         zeroed.dedup();
         zeroed.retain(|file| {
-            if counted.binary_search(file).is_ok() || rebuild.binary_search(file).is_ok() {
+            if counted_files.binary_search(file).is_ok() || rebuild.binary_search(file).is_ok() {
                 return false;
             }
             let Some(record) = last.files.get_mut(*file as usize) else { return false };
