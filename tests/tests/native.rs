@@ -867,16 +867,28 @@ fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
 }
 
 /// A child forked after its parent's agent was dumped starts from the
-/// parent's engine as those dumps left it, and updates it (the functions
-/// that ran in the parent are at zero in the child): its final report is
-/// still llvm-cov's over its exit profile, byte for byte, branches too.
+/// parent's engine as those dumps left it: its first report takes the
+/// files and stretches where nothing counts any more (the parent's code it
+/// never ran) with every count zero, and updates the rest. Its final report
+/// is still llvm-cov's over its exit profile, byte for byte, branches too:
+/// as its first report, and after a periodic one (the child then runs
+/// more code).
 #[test]
 fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
+    for periodic in [false, true] {
+        child_forked_after_dumps(periodic);
+    }
+}
+
+fn child_forked_after_dumps(periodic: bool) {
     let b = built(Toolchain::Clang19);
-    let dir = scratch("fork-after-dumps");
+    let dir = scratch(if periodic { "fork-after-dumps-periodic" } else { "fork-after-dumps" });
     let cov = dir.join("cov");
     let mut run = command(&b.fork_after, &dir);
     run.env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw")).env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+    if periodic {
+        run.env("LIVECOV_FLUSH_SECS", "0.1").env("FORK_AFTER_WAIT_MS", "400");
+    }
     let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_after");
     let mut stdin = program.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
@@ -907,7 +919,7 @@ fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
             .unwrap_or_else(|| panic!("no report of the child {child}"));
         let report = read(&report);
         let expected = llvm_cov(Toolchain::Clang19, &b.fork_after, &[], &[dir.join(format!("exit-{child}.profraw"))], &dir);
-        assert_same_lcov(&report, &expected, &format!("the final report of the child of fork {n}"));
+        assert_same_lcov(&report, &expected, &format!("the final report of the child of fork {n} (periodic: {periodic})"));
         let files = parse_lcov(&report);
         let work = file_ending(&files, "work.c");
         assert_eq!((work.functions.get("work_fib"), work.functions.get("work_count_primes")), (Some(&fib), Some(&0)), "{report}");
