@@ -1096,7 +1096,7 @@ impl Engine {
                 let live = last.files[f].live()?;
                 let mut reach = live.reach(changed.collect());
                 if let Some(counted) = &counted {
-                    live.zero_uncounted(&mut reach, |i| counted[i as usize]);
+                    live.zero_uncounted(&mut reach, |i| counted.get(i as usize).is_none_or(|&c| c));
                 }
                 Some((f as FileName, reach))
             })
@@ -1174,12 +1174,13 @@ impl Engine {
 
     /// In a forked child's first report, where its parent's last dump left
     /// the engine: makes the records of the files that the `changed`
-    /// functions reach and where no function counts now (see
-    /// [`Incremental::counted`]) read with every count zero (see [`lcov::with_zero_counts`]), and returns those files
-    /// (ascending), for the report to leave as they are. Updated, every
-    /// function that ran in the parent would be computed again, most of
-    /// them in files the child never reaches (a redis `BGSAVE` child counts
-    /// in 21 files of 202).
+    /// functions reach and where no function is `counted` (see
+    /// [`Incremental::counted`]) read with every count zero (see
+    /// [`lcov::with_zero_counts`]), and returns those files (ascending),
+    /// for the report to leave as they are. Updated, every function that
+    /// ran in the parent would be computed again, most of them in files the
+    /// child never reaches (a redis `BGSAVE` child counts in 21 files of
+    /// 202).
     ///
     /// Not the files to compute whole (`rebuild`, ascending): a
     /// zero-region stub there, which llvm-cov loads only when its function
