@@ -425,17 +425,20 @@ fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
 
 /// A child forked after the parent's dumps takes the parent's engine as
 /// their last dump left it, and updates it: its report is still exactly its
-/// own counts (llvm-cov over its exit profile), the parent's work at zero;
-/// the parent's next dump still counts its own.
+/// own counts (llvm-cov over its exit profile), the parent's work at zero
+/// (in the program and in its dlopen'ed plugin); the parent's next dump
+/// still counts its own.
 #[test]
 fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
-    let s = start("fork-warm", &[], &[]);
+    let s = start("fork-warm", &["--plugin", plugin().to_str().expect("utf-8 path")], &[]);
     for limit in [10, 50] {
         assert!(s.get(&format!("/primes?limit={limit}")).starts_with("HTTP/1.1 200"));
+        assert!(s.get("/plugin?x=3").ends_with("10"));
         assert!(function_count(&s.coverage(""), "handlers.rs", "handlers6primes") > 0);
     }
     // A child that runs a handler, and one that runs none: its record of
-    // handlers.rs is the parent's with every count zero.
+    // handlers.rs is the parent's with every count zero, as that of the
+    // plugin (another object) in both.
     for (path, fib) in [("/fork?n=9", true), ("/fork", false)] {
         let answer = s.get(path);
         let pid: u32 = answer.rsplit("\r\n\r\n").next().and_then(|b| b.trim().parse().ok()).unwrap_or_else(|| panic!("{answer}"));
@@ -450,11 +453,13 @@ fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
             })
             .unwrap_or_else(|| panic!("no report of the child {pid}"));
         let report = std::fs::read_to_string(report).expect("the child's report");
-        assert_eq!(report, llvm_cov_lcov(&[s.dir.join(format!("exit-{pid}.profraw"))], &[], &s.dir), "{path}");
+        assert_eq!(report, llvm_cov_lcov(&[s.dir.join(format!("exit-{pid}.profraw"))], &[plugin()], &s.dir), "{path}");
         assert_eq!(function_count(&report, "handlers.rs", "handlers3fib") > 0, fib, "{path}: {report}");
         assert_eq!(function_count(&report, "handlers.rs", "handlers6primes"), 0, "{path}: {report}");
+        assert_eq!(function_count(&report, "plugin.c", "plugin_compute"), 0, "{path}: {report}");
     }
     let parent = s.coverage("");
     assert_eq!(function_count(&parent, "handlers.rs", "handlers6primes"), 2);
     assert_eq!(function_count(&parent, "handlers.rs", "handlers3fib"), 0);
+    assert_eq!(function_count(&parent, "plugin.c", "plugin_compute"), 2);
 }
