@@ -105,9 +105,12 @@ pub fn get_report(socket: &Path, path: &str) -> Response {
     r
 }
 
-/// A request on the Unix socket `socket`.
+/// A request on the Unix socket `socket`. An answer that does not end
+/// within two minutes fails the test, rather than hang it.
 pub fn unix_request(socket: &Path, method: &str, path: &str, headers: &[&str]) -> Response {
-    exchange(connect_unix(socket), method, path, headers)
+    let s = connect_unix(socket);
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120))).expect("a read timeout");
+    exchange(s, method, path, headers)
 }
 
 /// A connection to the Unix socket `socket`, also one deeper than the 107

@@ -70,6 +70,8 @@ _tried = False
 _hooks_installed = False
 # The agent whose lock the forking thread holds (see _before_fork).
 _fork_held: Agent | None = None
+# The server whose accepting a fork waits for (see Server.hold_for_fork).
+_fork_server: Server | None = None
 T = TypeVar("T")
 # CPython 3.12+'s warning at os.fork() (and os.forkpty()) with more than one
 # thread in the process; it counts the threads in /proc/self/stat.
@@ -483,12 +485,15 @@ def _final_report_before_exec(exec_function: Callable[..., NoReturn]) -> Callabl
 def _before_fork() -> None:
     """The child must not inherit a coverage.py call half done (its database
     and locks would stay in that state): wait for the one in progress."""
-    global _fork_held
-    _fork_held = None
+    global _fork_held, _fork_server
+    _fork_held = _fork_server = None
     agent = _current
     try:
         if agent is not None and agent.lock.acquire(timeout=FORK_TIMEOUT):
             _fork_held = agent
+        server = agent.server if agent is not None else None
+        if server is not None and server.hold_for_fork(FORK_TIMEOUT):
+            _fork_server = server
     except Exception as e:
         complain(f"before fork: {e}")
 
@@ -535,7 +540,10 @@ def _threads_in_process() -> int:
 
 
 def _after_fork_in_parent() -> None:
-    global _fork_held
+    global _fork_held, _fork_server
+    if _fork_server is not None:
+        _fork_server.release_after_fork()
+        _fork_server = None
     if _fork_held is not None:
         _fork_held.lock.release()
         _fork_held = None
@@ -558,9 +566,9 @@ def _after_fork_in_child() -> None:
     """A new instance: the parent's threads are gone, and its locks may have
     been held by them, so nothing of the parent's agent is used again but its
     configuration and coverage.py (idle, see _before_fork)."""
-    global _current, _fork_held
+    global _current, _fork_held, _fork_server
     parent = _current
-    held, _fork_held = _fork_held, None
+    held, _fork_held, _fork_server = _fork_held, None, None
     if parent is None:
         return
     _current = None

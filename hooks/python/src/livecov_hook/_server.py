@@ -304,6 +304,15 @@ class Server:
         os.close(fd)
         self._remove_socket_file()
 
+    def hold_for_fork(self, timeout: float) -> bool:
+        """Waits until no connection is being accepted, and keeps it so until
+        release_after_fork (in the parent): the child's abandon then knows
+        every connection. Whether it could within `timeout` seconds."""
+        return self._lock.acquire(timeout=timeout)
+
+    def release_after_fork(self) -> None:
+        self._lock.release()
+
     def abandon(self) -> None:
         """In a forked child: the parent's server has no thread here, and the
         file descriptors it holds must not keep the parent's clients waiting.
@@ -354,18 +363,26 @@ class Server:
             os.close(fd)
 
     def _accept(self, listener: socket.socket, tcp: bool) -> None:
-        try:
-            conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-            return
-        except OSError:
+        # Accepted and kept under the lock, which a fork waits for (see
+        # hold_for_fork): a child forked in between would not know the
+        # connection to close it, and would hold it open after this process
+        # answered and closed it, a client reading to the end waiting for as
+        # long as the child lives (a gunicorn worker).
+        with self._lock:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError:
+                conn = None
+            else:
+                full = len(self._connections) >= MAX_CONNECTIONS
+                if not full:
+                    self._connections.add(conn)
+        if conn is None:
             # Out of file descriptors and the like: back off instead of spinning.
             time.sleep(0.05)
             return
-        with self._lock:
-            full = len(self._connections) >= MAX_CONNECTIONS
-            if not full:
-                self._connections.add(conn)
         if full:
             try:
                 conn.setblocking(False)
