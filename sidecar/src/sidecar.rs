@@ -1015,6 +1015,7 @@ async fn serve(
         permits: Arc::new(Semaphore::new(ctx.max_connections.max(1))),
         instance: HeaderValue::from_str(ctx.sidecar.instance()).unwrap_or(HeaderValue::from_static("sidecar")),
         idle_timeout: IDLE_TIMEOUT,
+        listed: false,
     };
     connection::serve(surface, unix, tcp, shutdown, move |req, tcp| {
         // A panic in a handler becomes a 500, never a dead sidecar.

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use livecov::agent::REST_AFTER;
-use livecov_tests::http::{get_keeping_the_connection, unix_request};
+use livecov_tests::http::{connect_unix, get_keeping_the_connection, unix_request};
 use livecov_tests::lcov::{file_ending, parse_lcov, FileCoverage};
 use livecov_tests::service::{find_instance, Service};
 use livecov_tests::{llvm_tool, profdata_tool, run_checked, workspace_root, Toolchain};
@@ -889,12 +889,7 @@ fn child_forked_after_dumps(periodic: bool) {
     if periodic {
         run.env("LIVECOV_FLUSH_SECS", "0.1").env("FORK_AFTER_WAIT_MS", "400");
     }
-    let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_after");
-    let mut stdin = program.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("its first line");
-    let pid: u32 = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {line:?}"));
+    let (mut program, mut stdin, mut stdout, pid) = start_fork_after(&mut run);
     let mut said = |command: &str| {
         stdin.write_all(command.as_bytes()).expect("a command");
         let mut line = String::new();
@@ -930,6 +925,73 @@ fn child_forked_after_dumps(periodic: bool) {
     let mut stderr = String::new();
     program.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("its stderr");
     assert!(stderr.is_empty(), "{stderr}");
+}
+
+/// fixtures/native/fork_after started by `run`, its standard streams
+/// piped: the program, its input and output, and its pid (its first line).
+fn start_fork_after(run: &mut Command) -> (Child, ChildStdin, BufReader<ChildStdout>, u32) {
+    let mut program = run.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run fork_after");
+    let stdin = program.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(program.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("its first line");
+    let pid: u32 = line.trim().strip_prefix("ready ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {line:?}"));
+    (program, stdin, stdout, pid)
+}
+
+/// A client's connection to the agent, open as the program forks, is the
+/// parent's alone: when the parent is killed, it ends then, not when the
+/// child (which has an agent of its own) ends.
+#[test]
+fn a_child_forked_while_a_client_is_connected_leaves_the_connection_to_its_parent() {
+    const CHILD_WAITS_MS: u64 = 5000;
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("fork-with-a-connection");
+    let cov = dir.join("cov");
+    let mut run = command(&b.fork_after, &dir);
+    run.env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw")).env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
+    run.env("FORK_AFTER_WAIT_MS", CHILD_WAITS_MS.to_string());
+    let (mut program, mut stdin, _stdout, pid) = start_fork_after(&mut run);
+    let socket = cov.join("sockets").join(format!("{}.sock", instance_of(&cov, pid)));
+    let mut client = connect_unix(&socket);
+    client.set_read_timeout(Some(Duration::from_secs(120))).expect("a read timeout");
+    assert_eq!(get_keeping_the_connection(&mut client, "/health").status, 200);
+    stdin.write_all(b"fork 3\n").expect("a command");
+    // The child's agent listens as its fork returns.
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let child: u32 = loop {
+        let sockets = std::fs::read_dir(cov.join("sockets")).map_or(0, |d| d.flatten().count());
+        let child = std::fs::read_to_string(&children).ok().and_then(|c| c.trim().parse().ok());
+        match child {
+            Some(child) if sockets == 2 => break child,
+            _ => assert!(Instant::now() < deadline, "no child with an agent: {sockets} sockets"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    program.kill().expect("kill fork_after");
+    let killed = Instant::now();
+    let read = client.read(&mut [0; 64]);
+    let took = killed.elapsed();
+    let child_lives = running(child);
+    assert!(matches!(read, Ok(0)), "{read:?}");
+    assert!(
+        took < Duration::from_millis(CHILD_WAITS_MS / 2),
+        "the connection ended {took:?} after its process was killed: held open by the child, which waits {CHILD_WAITS_MS} ms"
+    );
+    assert!(child_lives, "the child {child} ended before the connection");
+    let _ = program.wait();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running(child) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether process `pid` runs (is there and not a zombie: an orphan's
+/// end waits for whoever reaps it).
+fn running(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'))
 }
 
 #[test]

@@ -22,6 +22,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{watch, Semaphore};
 
+use super::descriptors::{self, Listed};
+
 /// The longest path a Unix socket address holds (108 bytes with the NUL).
 pub const MAX_SOCKET_PATH: usize = 107;
 
@@ -60,6 +62,10 @@ pub struct Surface {
     /// A connection with no request being answered and no byte moved for
     /// this long is closed.
     pub idle_timeout: Duration,
+    /// Whether each connection is listed while it is open (see
+    /// [`descriptors::accept_listed`]): the agent's, in a program whose
+    /// forked children close them.
+    pub listed: bool,
 }
 
 /// Serves the connections of both listeners until `shutdown` changes,
@@ -83,7 +89,7 @@ pub async fn serve<H, F, B>(
 {
     let max = surface.permits.available_permits();
     let surface = Arc::new(surface);
-    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), &mut shutdown).await {
+    while let Some(stream) = next_connection(unix.as_ref(), tcp.as_ref(), surface.listed, &mut shutdown).await {
         let Ok(permit) = surface.permits.clone().try_acquire_owned() else {
             refuse(&stream, surface.instance.as_bytes());
             continue;
@@ -91,10 +97,10 @@ pub async fn serve<H, F, B>(
         let (surface, handle, shutdown) = (surface.clone(), handle.clone(), shutdown.clone());
         tokio::spawn(async move {
             match stream {
-                Accepted::Unix(s) => connection(&surface, s, false, shutdown, handle).await,
-                Accepted::Tcp(s) => {
+                Accepted::Unix(listed, s) => connection(&surface, (listed, s), false, shutdown, handle).await,
+                Accepted::Tcp(listed, s) => {
                     let _ = s.set_nodelay(true);
-                    connection(&surface, s, true, shutdown, handle).await
+                    connection(&surface, (listed, s), true, shutdown, handle).await
                 }
             }
             drop(permit);
@@ -105,8 +111,13 @@ pub async fn serve<H, F, B>(
     let _ = tokio::time::timeout(STOP_GRACE + Duration::from_millis(200), surface.permits.acquire_many(max as u32)).await;
 }
 
-async fn connection<S, H, F, B>(surface: &Surface, stream: S, tcp: bool, mut shutdown: watch::Receiver<bool>, handle: H)
-where
+async fn connection<S, H, F, B>(
+    surface: &Surface,
+    (listed, stream): (Option<Listed>, S),
+    tcp: bool,
+    mut shutdown: watch::Receiver<bool>,
+    handle: H,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>, bool) -> F + Send + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
@@ -115,7 +126,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let state = ConnState::new();
-    let io = TokioIo::new(Tracked::new(stream, state.clone()));
+    let io = TokioIo::new(Tracked { _listed: listed, inner: stream, state: state.clone() });
     let (svc_state, instance) = (state.clone(), surface.instance.clone());
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let busy = BusyGuard::new(&svc_state);
@@ -153,10 +164,11 @@ where
     }
 }
 
-/// A connection from either listener.
+/// A connection from either listener, after its place on the list of open
+/// connections, which it leaves before it is closed (see [`Listed`]).
 enum Accepted {
-    Unix(tokio::net::UnixStream),
-    Tcp(tokio::net::TcpStream),
+    Unix(Option<Listed>, tokio::net::UnixStream),
+    Tcp(Option<Listed>, tokio::net::TcpStream),
 }
 
 /// The next connection from either listener; `None` once `shutdown`
@@ -165,13 +177,14 @@ enum Accepted {
 async fn next_connection(
     unix: Option<&tokio::net::UnixListener>,
     tcp: Option<&tokio::net::TcpListener>,
+    listed: bool,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<Accepted> {
     loop {
         let accepted = tokio::select! {
             _ = shutdown.changed() => return None,
-            r = accept_unix(unix) => r.map(Accepted::Unix),
-            r = accept_tcp(tcp) => r.map(Accepted::Tcp),
+            r = accept_unix(unix, listed) => r.map(|(l, s)| Accepted::Unix(l, s)),
+            r = accept_tcp(tcp, listed) => r.map(|(l, s)| Accepted::Tcp(l, s)),
         };
         match accepted {
             Ok(stream) => return Some(stream),
@@ -195,18 +208,30 @@ fn refuse(stream: &Accepted, instance: &[u8]) {
     msg.extend_from_slice(format!("\r\nconnection: close\r\ncontent-length: {}\r\n\r\n", body.len()).as_bytes());
     msg.extend_from_slice(body);
     let _ = match stream {
-        Accepted::Unix(s) => s.try_write(&msg),
-        Accepted::Tcp(s) => s.try_write(&msg),
+        Accepted::Unix(_, s) => s.try_write(&msg),
+        Accepted::Tcp(_, s) => s.try_write(&msg),
     };
 }
 
-async fn accept_unix(l: Option<&tokio::net::UnixListener>) -> io::Result<tokio::net::UnixStream> {
+async fn accept_unix(l: Option<&tokio::net::UnixListener>, listed: bool) -> io::Result<(Option<Listed>, tokio::net::UnixStream)> {
     match l {
-        Some(l) => l.accept().await.map(|(s, _)| {
+        Some(l) => std::future::poll_fn(|cx| accept(listed, || l.poll_accept(cx).map_ok(|(s, _)| s))).await.map(|(l, s)| {
             widen_send_buffer(&s);
-            s
+            (l, s)
         }),
         None => std::future::pending().await,
+    }
+}
+
+/// `poll_accept`, the connection it accepted listed when `listed` (see
+/// [`Surface::listed`]).
+fn accept<S: std::os::fd::AsRawFd>(
+    listed: bool,
+    poll_accept: impl FnOnce() -> Poll<io::Result<S>>,
+) -> Poll<io::Result<(Option<Listed>, S)>> {
+    match listed {
+        true => descriptors::accept_listed(poll_accept).map_ok(|(s, l)| (Some(l), s)),
+        false => poll_accept().map_ok(|s| (None, s)),
     }
 }
 
@@ -231,9 +256,9 @@ fn widen_send_buffer(stream: &tokio::net::UnixStream) {
     }
 }
 
-async fn accept_tcp(l: Option<&tokio::net::TcpListener>) -> io::Result<tokio::net::TcpStream> {
+async fn accept_tcp(l: Option<&tokio::net::TcpListener>, listed: bool) -> io::Result<(Option<Listed>, tokio::net::TcpStream)> {
     match l {
-        Some(l) => l.accept().await.map(|(s, _)| s),
+        Some(l) => std::future::poll_fn(|cx| accept(listed, || l.poll_accept(cx).map_ok(|(s, _)| s))).await,
         None => std::future::pending().await,
     }
 }
@@ -273,16 +298,12 @@ impl Drop for BusyGuard {
     }
 }
 
-/// A stream that records when bytes last moved.
+/// A stream that records when bytes last moved; after its place on the
+/// list of open connections, which it leaves first when dropped.
 struct Tracked<S> {
+    _listed: Option<Listed>,
     inner: S,
     state: Arc<ConnState>,
-}
-
-impl<S> Tracked<S> {
-    fn new(inner: S, state: Arc<ConnState>) -> Self {
-        Tracked { inner, state }
-    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {

@@ -15,10 +15,15 @@
 //! A descriptor is listed as soon as the agent made it: the socket and
 //! report files by the code that opens them, the runtime's by the numbers
 //! it took while it was built (the lowest free), of the kinds it makes.
+//!
+//! The server's connections are listed apart, for a forked child to close
+//! its copies of them (see [`accept_listed`]).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::task::Poll;
 
 /// Room for the agent's descriptors: a socket or two, a claim, three report
 /// files, and a runtime's three.
@@ -282,6 +287,105 @@ fn runtime_kind(fd: RawFd) -> Option<usize> {
         "anon_inode:[eventfd]" => Some(1),
         _ => None,
     }
+}
+
+/// The connections the agent's server has open. A child the program forks
+/// closes its copies of them ([`close_connections_in_child`]): left open
+/// there, a connection the parent's agent answered and closed stayed open
+/// at the client's end for as long as the child lived, and a client
+/// reading to the end waited that long. A connection is accepted and
+/// listed under this lock, and a fork waits for it ([`hold_for_fork`]):
+/// a child then has every connection its parent's agent had, listed, and
+/// no number listed that is not one of them. (Listed without the lock, a
+/// fork between the `accept` and the listing, which copies the process's
+/// descriptors and its memory one after the other, could list in the
+/// child a number that is the program's there.)
+static CONNECTIONS: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The list, held by the thread that forks, from before the fork to
+    /// after it (in both processes: see [`hold_for_fork`]).
+    static HELD_FOR_FORK: RefCell<Option<MutexGuard<'static, Vec<RawFd>>>> = const { RefCell::new(None) };
+}
+
+fn connections() -> MutexGuard<'static, Vec<RawFd>> {
+    // Poisoned only by a panic while pushing or removing a number, which
+    // leaves the list whole.
+    CONNECTIONS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A connection's place on the list of open connections, which it leaves
+/// when dropped: to be dropped before the connection is closed (a number
+/// listed after its close could be the program's next descriptor).
+pub struct Listed(RawFd);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        let mut open = connections();
+        if let Some(at) = open.iter().position(|&fd| fd == self.0) {
+            open.swap_remove(at);
+        }
+    }
+}
+
+/// `accept` (which does not wait: a poll of a listener) with the list of
+/// open connections locked, and the connection it accepted listed.
+pub fn accept_listed<T: AsRawFd>(accept: impl FnOnce() -> Poll<std::io::Result<T>>) -> Poll<std::io::Result<(T, Listed)>> {
+    let mut open = connections();
+    accept().map_ok(|connection| {
+        let fd = connection.as_raw_fd();
+        open.push(fd);
+        (connection, Listed(fd))
+    })
+}
+
+/// How long a fork waits for the list of open connections, at most.
+const FORK_WAIT_STEPS: u32 = 100;
+const FORK_WAIT_STEP_NS: libc::c_long = 100_000;
+
+/// Before a fork, on the thread that forks: takes the list of open
+/// connections, which the agent's thread then neither adds to nor takes
+/// from until [`release_after_fork`] (in the parent) or
+/// [`close_connections_in_child`]. The agent's thread holds it for an
+/// `accept` that does not wait, but which may allocate: where another
+/// fork handler, run before this one, holds the lock of the allocator,
+/// waiting for the list would wait forever. After 10 ms, the fork goes on
+/// without it, and the child closes none.
+pub fn hold_for_fork() {
+    let step = libc::timespec { tv_sec: 0, tv_nsec: FORK_WAIT_STEP_NS };
+    for _ in 0..FORK_WAIT_STEPS {
+        let held = match CONNECTIONS.try_lock() {
+            Ok(held) => held,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // Safety: nanosleep with a valid timespec.
+                unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+                continue;
+            }
+        };
+        let _ = HELD_FOR_FORK.try_with(|slot| *slot.borrow_mut() = Some(held));
+        return;
+    }
+}
+
+/// After a fork, in the parent: lets the agent's thread list and unlist
+/// connections again.
+pub fn release_after_fork() {
+    let _ = HELD_FOR_FORK.try_with(|slot| slot.borrow_mut().take());
+}
+
+/// In a forked child: closes the child's copies of its parent agent's
+/// connections, and empties the list. The child's agent is a new one, with
+/// connections of its own.
+pub fn close_connections_in_child() {
+    let _ = HELD_FOR_FORK.try_with(|slot| {
+        let Some(mut open) = slot.borrow_mut().take() else { return };
+        for fd in open.drain(..) {
+            // Safety: a descriptor of the parent's agent, which nothing in
+            // the child uses: its runtime did not survive the fork.
+            unsafe { libc::close(fd) };
+        }
+    });
 }
 
 #[cfg(test)]

@@ -269,7 +269,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
     // From here a SIGTERM waits for the flush thread.
     process::install_signal_handlers();
     if !HOOKS.swap(true, Ordering::AcqRel) {
-        process::install_exit_and_fork_hooks(at_exit, before_fork, after_fork_in_child);
+        process::install_exit_and_fork_hooks(at_exit, before_fork, after_fork_in_parent, after_fork_in_child);
     }
     if !background {
         if let Err(e) = agent.run() {
@@ -916,11 +916,18 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
 
 /// Before a fork, in the parent: makes sure the counter sections the child
 /// will zero are those of the modules loaded now (looked up again only when
-/// the set of modules changed since the last look).
+/// the set of modules changed since the last look); holds the list of the
+/// server's open connections, for the child to close its copies of them.
 extern "C" fn before_fork() {
     if current().is_some() {
         let _ = std::panic::catch_unwind(modules::refresh_counter_ranges);
     }
+    descriptors::hold_for_fork();
+}
+
+/// After a fork, in the parent.
+extern "C" fn after_fork_in_parent() {
+    descriptors::release_after_fork();
 }
 
 extern "C" fn at_exit() {
@@ -934,6 +941,7 @@ extern "C" fn at_exit() {
 /// fork, so start a new instance. The parent's agent is left as it is
 /// (leaked): its locks may have been held by threads that no longer exist.
 unsafe extern "C" fn after_fork_in_child() {
+    descriptors::close_connections_in_child();
     let Some(parent) = current() else { return };
     // The parent's agent's descriptors are not this child's agent's.
     descriptors::forget_all();

@@ -250,13 +250,18 @@ pub fn reraise(signal: i32) {
 }
 
 /// Registers `at_exit` with the C runtime (runs on `exit`, also from Rust's
-/// `std::process::exit` and a return from `main`), `prepare` before fork
-/// (in the parent) and `child` after fork.
-pub fn install_exit_and_fork_hooks(at_exit: extern "C" fn(), prepare: extern "C" fn(), child: unsafe extern "C" fn()) {
+/// `std::process::exit` and a return from `main`), `prepare` before fork,
+/// `parent` after it in the parent and `child` in the child.
+pub fn install_exit_and_fork_hooks(
+    at_exit: extern "C" fn(),
+    prepare: extern "C" fn(),
+    parent: extern "C" fn(),
+    child: unsafe extern "C" fn(),
+) {
     // Safety: plain registrations of `extern "C"` functions.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(Some(prepare), None, Some(child));
+        libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
     }
 }
 

@@ -826,6 +826,7 @@ async fn serve(
         permits: ctx.permits.clone(),
         instance: ctx.instance.clone(),
         idle_timeout: ctx.limits.idle_timeout,
+        listed: true,
     };
     super::connection::serve(surface, unix, tcp, shutdown, move |req, tcp| {
         let answer = CatchUnwind { inner: Box::pin(handle(ctx.clone(), tcp, req)) };
