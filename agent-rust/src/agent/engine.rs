@@ -1089,9 +1089,21 @@ impl Engine {
         rebuild.sort_unstable();
         rebuild.dedup();
         let (starts, functions) = functions_by_file(last.files.len(), &pairs);
-        let reached: Vec<Touched> = (0..last.files.len())
-            .filter(|&f| starts[f] < starts[f + 1])
-            .filter_map(|f| {
+        // Each record's indices asked for two records ahead of its reach
+        // (see `LiveFile::prefetch_index`).
+        const INDEX_AHEAD: usize = 2;
+        let files_reached: Vec<usize> = (0..last.files.len()).filter(|&f| starts[f] < starts[f + 1]).collect();
+        let prefetch_index = |at: usize| {
+            if let Some(live) = files_reached.get(at).and_then(|&f| last.files[f].live()) {
+                live.prefetch_index();
+            }
+        };
+        (0..INDEX_AHEAD).for_each(prefetch_index);
+        let reached: Vec<Touched> = files_reached
+            .iter()
+            .enumerate()
+            .filter_map(|(at, &f)| {
+                prefetch_index(at + INDEX_AHEAD);
                 let changed = functions[starts[f] as usize..starts[f + 1] as usize].iter().map(|&i| i as usize);
                 let live = last.files[f].live()?;
                 let mut reach = live.reach(changed.collect());

