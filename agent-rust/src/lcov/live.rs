@@ -1345,9 +1345,15 @@ impl LiveFile {
     /// stretches (a macro, expanded by hundreds of functions) were most of
     /// the memory a dump took.
     pub fn unkept(&self, reach: &Reach) -> Vec<(usize, Vec<usize>)> {
-        let unkept = reach.stretches().iter().filter(|&&k| self.stretches[k].kept.is_none() && reach.zero(k).is_none());
         let functions = |k: usize| self.functions_of(k).iter().map(|&i| i as usize).collect();
-        unkept.filter(|&&k| self.functions_of(k).len() > 1).map(|&k| (k, functions(k))).collect()
+        self.unkept_stretches(reach).filter(|&k| self.functions_of(k).len() > 1).map(|k| (k, functions(k))).collect()
+    }
+
+    /// The stretches `reach` has that keep no parts, but for those whose
+    /// lines it takes at zero: each is computed from its functions.
+    fn unkept_stretches<'a>(&'a self, reach: &'a Reach) -> impl Iterator<Item = usize> + 'a {
+        let unkept = |k: usize| self.stretches[k].kept.is_none() && reach.zero(k).is_none();
+        reach.stretches().iter().copied().filter(move |&k| unkept(k))
     }
 
     /// Adds to `parts` those of stretch `k`'s `functions` (the next of
@@ -1381,8 +1387,7 @@ impl LiveFile {
     /// this record: all those of the stretches `reach` has of several
     /// functions that keep no parts yet.
     pub fn needs<'a>(&'a self, reach: &'a Reach) -> impl Iterator<Item = usize> + 'a {
-        let unkept = reach.stretches().iter().filter(|&&k| self.stretches[k].kept.is_none() && reach.zero(k).is_none());
-        unkept.flat_map(|&k| self.functions_of(k).iter().map(|&i| i as usize))
+        self.unkept_stretches(reach).flat_map(|k| self.functions_of(k).iter().map(|&i| i as usize))
     }
 
     /// The functions whose records [`Self::update`] needs, besides their
