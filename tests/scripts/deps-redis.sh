@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # redis from Debian's source package, built with clang-19 and coverage, for
-# tests/scripts/bench-fleet.sh (48 replicas of a real C server with the agent
-# preloaded), in target/redis/current/src/src (see debian-source.sh). Built
+# tests/tests/redis.rs (warm dumps under traffic, against llvm-cov),
+# bench-busy.sh and bench-fleet.sh (48 replicas of a real C server with the
+# agent preloaded), in target/redis/current/src/src (see debian-source.sh). Built
 # with redis's own Makefile and its bundled deps (hiredis, lua, linenoise,
 # hdr_histogram), libc's malloc (no jemalloc), no TLS, no systemd: nothing
 # from a -dev package. CFLAGS reach redis and its deps, so the Lua
 # interpreter and hiredis are instrumented too. redis-server, redis-cli and
-# redis-benchmark come out of one build. Run by bench-fleet.sh only (not by
-# `make test`).
+# redis-benchmark come out of one build. `make test` runs it through
+# install-deps.sh.
 set -euo pipefail
 . "$(dirname "$0")/debian-source.sh"
 

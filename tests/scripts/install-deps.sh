@@ -61,6 +61,7 @@ fi
 "$(dirname "$0")/deps-python.sh"
 "$(dirname "$0")/deps-nginx.sh"
 "$(dirname "$0")/deps-dnsmasq.sh"
+"$(dirname "$0")/deps-redis.sh"
 "$(dirname "$0")/deps-fmt.sh"
 "$(dirname "$0")/deps-go.sh"
 "$(dirname "$0")/deps-report.sh"
