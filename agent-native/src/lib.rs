@@ -349,11 +349,12 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
     let _ = catch_unwind(|| {
-        if own_module::find().is_none_or(|m| m.index == 0) {
+        let Some(own) = own_module::find().filter(|m| m.index != 0) else {
             // Linked statically into the program (the module holding this
             // code is the executable): it calls livecov_start.
             return;
-        }
+        };
+        own_module::keep_code_pages(&own);
         autostart();
     });
 }

@@ -73,13 +73,25 @@ pub fn find() -> Option<OwnModule> {
     search.found
 }
 
+/// The agent library's segments that [`release_code_pages`] gives back,
+/// kept by the library's constructor, before `main`: found later, by a
+/// thread of a program that forked meanwhile, they were left half made in
+/// the child, which waited for them forever.
+static SEGMENTS: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+
+/// Keeps the segments of `module` for [`release_code_pages`], if it is the
+/// agent library itself.
+pub fn keep_code_pages(module: &OwnModule) {
+    if module.is_agent_library {
+        let _ = SEGMENTS.set(module.read_only.clone());
+    }
+}
+
 /// Gives the pages of the agent library's code and read-only data back to
 /// the kernel (they stay mapped: a page touched again is read again); none
 /// when the agent is not a library of its own.
 pub fn release_code_pages() {
-    static SEGMENTS: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
-    let own = || find().filter(|m| m.is_agent_library).map(|m| m.read_only).unwrap_or_default();
-    for &(start, len) in SEGMENTS.get_or_init(own) {
+    for &(start, len) in SEGMENTS.get().map_or(&[][..], Vec::as_slice) {
         // Safety: a read-only private mapping of the library's file, which
         // nothing writes (no text relocations: the library is built as
         // position-independent code, and the segments with relocations to

@@ -25,15 +25,16 @@ pub(crate) const AGENT_PACKAGES: &[&str] = &[
 ];
 
 /// What reports leave out: the configured pattern (or the default) and
-/// the agent's own sources. Compiled at the first dump (compiling costs
-/// more than the rest of the start), the default ones once per process.
+/// the agent's own sources. Compiled at an agent's first dump (compiling
+/// costs more than the rest of the start), by each agent: kept once per
+/// process, they were left half made in a child forked while a thread of
+/// its parent compiled them, and the child's first report (its final one,
+/// at its exit) waited for them forever.
 pub(crate) fn ignore_patterns(configured: Option<&Regex>) -> Vec<Regex> {
-    static DEFAULT: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
-    static AGENT: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
-    let configured = configured.cloned().unwrap_or_else(|| {
-        DEFAULT.get_or_init(|| Regex::new(DEFAULT_IGNORE).expect("the default ignore pattern is valid")).clone()
-    });
-    vec![configured, AGENT.get_or_init(agent_sources).clone()]
+    let configured = configured
+        .cloned()
+        .unwrap_or_else(|| Regex::new(DEFAULT_IGNORE).expect("the default ignore pattern is valid"));
+    vec![configured, agent_sources()]
 }
 
 /// Matches the agent's own sources and those of the packages it uses.
