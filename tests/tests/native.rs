@@ -876,13 +876,35 @@ fn a_program_that_puts_descriptors_at_small_numbers_keeps_its_agent() {
 #[test]
 fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
     for periodic in [false, true] {
-        child_forked_after_dumps(periodic);
+        child_forked_after(Before::Dumps, periodic);
     }
 }
 
-fn child_forked_after_dumps(periodic: bool) {
+/// The same for a parent never dumped: its agent makes its records once,
+/// in the background, after the program's first fork, and the children
+/// forked later take them (the first child, forked before, computes every
+/// file).
+#[test]
+fn a_child_forked_after_the_first_fork_of_a_parent_never_dumped_reports_exactly_its_own_counts() {
+    child_forked_after(Before::AFork, false);
+}
+
+/// What the parent of [`child_forked_after`] does before the children it
+/// checks: two dumps, or a first fork and a second's wait.
+#[derive(Clone, Copy, PartialEq)]
+enum Before {
+    Dumps,
+    AFork,
+}
+
+fn child_forked_after(before: Before, periodic: bool) {
     let b = built(Toolchain::Clang19);
-    let dir = scratch(if periodic { "fork-after-dumps-periodic" } else { "fork-after-dumps" });
+    let name = match (before, periodic) {
+        (Before::Dumps, false) => "fork-after-dumps",
+        (Before::Dumps, true) => "fork-after-dumps-periodic",
+        (Before::AFork, _) => "fork-after-a-fork",
+    };
+    let dir = scratch(name);
     let cov = dir.join("cov");
     let mut run = command(&b.fork_after, &dir);
     run.env("LLVM_PROFILE_FILE", dir.join("exit-%p.profraw")).env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", &cov);
@@ -896,15 +918,10 @@ fn child_forked_after_dumps(periodic: bool) {
         stdout.read_line(&mut line).expect("its answer");
         line.trim().to_owned()
     };
-    let socket = cov.join("sockets").join(format!("{}.sock", instance_of(&cov, pid)));
-    for n in [30, 10] {
-        assert_eq!(said(&format!("work {n}\n")), "done");
-        let (status, body) = unix_get(&socket, "/coverage");
-        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    }
-    // A child that runs work.c, and one that runs none of it: its record
-    // there is the parent's with every count zero.
-    for (n, fib) in [(12, 1), (0, 0)] {
+    // A child that runs `fork N`'s work.c, or none of it (N = 0: its
+    // record there is the parent's with every count zero): its final
+    // report.
+    let fork_and_check = |said: &mut dyn FnMut(&str) -> String, n: u32| {
         let answer = said(&format!("fork {n}\n"));
         let child: u32 = answer.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("said {answer:?}"));
         let reports = std::fs::read_dir(cov.join("reports")).expect("reports").flatten().map(|e| e.path());
@@ -914,11 +931,32 @@ fn child_forked_after_dumps(periodic: bool) {
             .unwrap_or_else(|| panic!("no report of the child {child}"));
         let report = read(&report);
         let expected = llvm_cov(Toolchain::Clang19, &b.fork_after, &[], &[dir.join(format!("exit-{child}.profraw"))], &dir);
-        assert_same_lcov(&report, &expected, &format!("the final report of the child of fork {n} (periodic: {periodic})"));
+        assert_same_lcov(&report, &expected, &format!("the final report of the child of fork {n} ({name})"));
         let files = parse_lcov(&report);
         let work = file_ending(&files, "work.c");
+        let fib = u64::from(n > 0);
         assert_eq!((work.functions.get("work_fib"), work.functions.get("work_count_primes")), (Some(&fib), Some(&0)), "{report}");
         assert!(report.contains("BRDA:"), "branches in the report: {report}");
+    };
+    match before {
+        Before::Dumps => {
+            let socket = cov.join("sockets").join(format!("{}.sock", instance_of(&cov, pid)));
+            for n in [30, 10] {
+                assert_eq!(said(&format!("work {n}\n")), "done");
+                let (status, body) = unix_get(&socket, "/coverage");
+                assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            }
+        }
+        Before::AFork => {
+            assert_eq!(said("work 30\n"), "done");
+            fork_and_check(&mut said, 0);
+            // The parent's agent makes its records meanwhile.
+            std::thread::sleep(Duration::from_secs(1));
+            assert_eq!(said("work 10\n"), "done");
+        }
+    }
+    for n in [12, 0] {
+        fork_and_check(&mut said, n);
     }
     assert_eq!(said("quit\n"), "");
     assert!(program.wait().expect("wait for fork_after").success());

@@ -1406,13 +1406,22 @@ impl Engine {
             self.rebase(&snapshots);
         }
         let document = fleet::encode_counters(snapshots.iter().map(|s| (&s.counters[..], &s.bitmap[..])));
-        let id = match &self.mapping_id {
-            Some(id) => id.clone(),
-            // The id only: compressing the document is the larger part of
-            // its cost, and the collector asks for it once per build.
-            None => self.mapping_document(settings)?.1,
-        };
-        Ok((fleet::gzip(&document), id))
+        Ok((fleet::gzip(&document), self.mapping_id(settings)?))
+    }
+
+    /// The id of the build mapping (see `crate::fleet`), kept once made:
+    /// the document is made for it, not compressed (the larger part of its
+    /// cost; the collector asks for it once per build).
+    pub fn mapping_id(&mut self, settings: &ReportSettings<'_>) -> Result<String> {
+        match &self.mapping_id {
+            Some(id) => Ok(id.clone()),
+            None => Ok(self.mapping_document(settings)?.1),
+        }
+    }
+
+    /// Whether a report made the records that the next one updates.
+    pub fn has_records(&self) -> bool {
+        self.last.written_with.is_some()
     }
 
     /// The build mapping of the loaded modules (see `crate::fleet`),
