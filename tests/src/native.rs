@@ -59,6 +59,19 @@ pub fn clang19_programs(group: &str, programs: &[(&str, &str)]) -> Vec<PathBuf> 
     })
 }
 
+/// `path` in the build of Debian's source package `package` that
+/// `tests/scripts/deps-<package>.sh` made (`target/<package>/current`); a
+/// missing build is a panic that says how to make it.
+pub fn debian_build(package: &str, path: &str) -> PathBuf {
+    let file = workspace_root().join("target").join(package).join("current").join(path);
+    assert!(
+        file.is_file(),
+        "{} not found: run tests/scripts/deps-{package}.sh (`make test` runs it through install-deps.sh)",
+        file.display()
+    );
+    file
+}
+
 /// `program` with none of the caller's `LIVECOV_*`, `LLVM_PROFILE_FILE` or
 /// `LD_PRELOAD`: what a test sets is all the agent sees.
 pub fn clean_command(program: &Path) -> Command {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use livecov_tests::dns::{free_dns_port, query_a as query};
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clean_command, cpu_ticks, liblivecov, Daemon};
+use livecov_tests::native::{clean_command, cpu_ticks, debian_build, liblivecov, Daemon};
 use livecov_tests::service::find_instance;
 use livecov_tests::workspace_root;
 
@@ -31,15 +31,7 @@ const ANSWER: &str = "answer_request";
 /// dnsmasq as deps-dnsmasq.sh built it (target/dnsmasq/current).
 fn dnsmasq_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = workspace_root().join("target/dnsmasq/current/src/src/dnsmasq");
-        assert!(
-            bin.is_file(),
-            "{} not found: run tests/scripts/deps-dnsmasq.sh (`make test` runs it through install-deps.sh)",
-            bin.display()
-        );
-        bin
-    })
+    BIN.get_or_init(|| debian_build("dnsmasq", "src/src/dnsmasq"))
 }
 
 /// dnsmasq on `port`, answering `NAME` from its own data, in `dir`, under

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use livecov_tests::http::{exchange, unix_request, Response};
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::livecov_bin;
-use livecov_tests::native::{clean_command, liblivecov};
+use livecov_tests::native::{clean_command, debian_build, liblivecov};
 use livecov_tests::service::find_instance;
 use livecov_tests::workspace_root;
 
@@ -47,12 +47,7 @@ const STATIC_HANDLER: &str = "ngx_http_static_module.c:ngx_http_static_handler";
 fn nginx_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let bin = workspace_root().join("target/nginx/current/src/objs/nginx");
-        assert!(
-            bin.is_file(),
-            "{} not found: run tests/scripts/deps-nginx.sh (`make test` runs it through install-deps.sh)",
-            bin.display()
-        );
+        let bin = debian_build("nginx", "src/objs/nginx");
         // Its profile is nobody's: not written into the test's folder.
         let version = clean_command(&bin).env("LLVM_PROFILE_FILE", "/dev/null").arg("-V").output().expect("nginx -V");
         let text = String::from_utf8_lossy(&version.stderr);

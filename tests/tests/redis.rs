@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::native::{clean_command, liblivecov};
+use livecov_tests::native::{clean_command, debian_build, liblivecov};
 use livecov_tests::service::find_instance;
 use livecov_tests::{llvm_tool, run_checked, workspace_root};
 
@@ -39,15 +39,7 @@ const COMMAND: &str = "processCommand";
 /// (target/redis/current).
 fn redis_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = workspace_root().join("target/redis/current/src/src");
-        assert!(
-            bin.join("redis-server").is_file(),
-            "{} not found: run tests/scripts/deps-redis.sh (`make test` runs it through install-deps.sh)",
-            bin.join("redis-server").display()
-        );
-        bin
-    })
+    BIN.get_or_init(|| debian_build("redis", "src/src/redis-server").parent().expect("a folder").to_path_buf())
 }
 
 /// One of redis's programs; its own profile is not what is tested.
