@@ -47,6 +47,11 @@
 #    without the agent while the same bytes are fetched as often from a
 #    trivial server; median of BENCH_BUSY_ROUNDS (default 3) rounds of the
 #    four, interleaved.
+# 5. Forked children: BENCH_BUSY_FORKS (default 8) `BGSAVE`s of 100,000 keys,
+#    each child's time from its fork to its exit (read in /proc every
+#    0.2 ms): without the agent; with it, the server never dumped (its agent
+#    makes its records after the first fork: docs/agent.md); with it, a dump
+#    before each; and the server's anonymous memory once its agent rests.
 # BENCH_BUSY_REV=COMMIT measures that commit's liblivecov instead of the
 # checkout's (as bench-fleet.sh). Prints progress on stderr, the table on
 # stdout. Every loop is bounded; loopback only; not part of CI.
@@ -58,6 +63,7 @@ runs=${BENCH_RUNS:-5}
 dumps=${BENCH_BUSY_DUMPS:-60}
 gap_ms=${BENCH_BUSY_GAP_MS:-300}
 load_requests=${BENCH_BUSY_LOAD_REQUESTS:-200000}
+forks=${BENCH_BUSY_FORKS:-8}
 rounds=${BENCH_BUSY_ROUNDS:-3}
 source "$root/tests/scripts/bench-common.sh"
 log() { echo "bench-busy: $*" >&2; }
@@ -307,6 +313,54 @@ for r in $(seq "$rounds"); do
     stop_server
 done
 
+# --- 5: forked children -------------------------------------------------------------
+# bgsaves OUT [dumped]: $forks BGSAVEs of the running server, each child's
+# lifetime in ms into OUT; "dumped": a dump before each. The watcher asks
+# for the BGSAVE itself once it watches.
+bgsaves() {
+    : >"$1"
+    env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-cli" -p "$port" config set dir "$work" >/dev/null
+    for _ in $(seq "$forks"); do
+        [ "${2:-}" = dumped ] && dump /dev/null >/dev/null
+        python3 - "$server_pid" "$port" "$1" <<'PY' || true
+import socket, sys, time
+parent, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+listed = f"/proc/{parent}/task/{parent}/children"
+def state(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+with socket.create_connection(("127.0.0.1", port)) as redis:
+    redis.sendall(b"BGSAVE\r\n")
+    if not redis.recv(256).startswith(b"+"):
+        sys.exit("BGSAVE refused")
+deadline, child, born = time.monotonic() + 30, None, None
+while time.monotonic() < deadline:
+    if child is None:
+        kids = open(listed).read().split()
+        if kids and state(kids[0]) not in ("Z", "X", "gone"):
+            child, born = kids[0], time.monotonic()
+    elif state(child) in ("Z", "X", "gone"):
+        with open(out, "a") as f:
+            f.write("%.3f\n" % ((time.monotonic() - born) * 1000))
+        break
+    time.sleep(0.0002)
+PY
+        # Reaped by the server's timers, ten times a second.
+        sleep 0.3
+    done
+}
+for variant in none never dumped; do
+    log "$forks BGSAVEs: the agent $variant"
+    if [ "$variant" = none ]; then start_server no; else start_server yes; fi
+    env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-benchmark" -p "$port" -q -t set -n 100000 -r 100000 >/dev/null 2>&1
+    bgsaves "$work/t_fork_$variant" "$variant"
+    sleep 1.5
+    printf -v "fork_anon_$variant" '%s' "$(rss_kib RssAnon)"
+    stop_server
+done
+
 # --- the table ------------------------------------------------------------------------
 covfun_hex=$(objdump -h "$server" | awk '$2 == "__llvm_covfun" { print $3 }')
 covfun=$((16#${covfun_hex:-0}))
@@ -368,3 +422,10 @@ printf "%-62s %10s\n" "without the agent" "$(median <"$work/rps_none")"
 printf "%-62s %10s\n" "with the agent, no dumps" "$(median <"$work/rps_agent")"
 printf "%-62s %10s\n" "with the agent, a dump every 100 ms" "$(median <"$work/rps_dumps")"
 printf "%-62s %10s\n" "without it, its bytes fetched every 100 ms from a trivial server" "$(median <"$work/rps_floor")"
+echo
+printf "%-62s %10s %10s\n" "BGSAVE of 100,000 keys, the child's fork to exit, ms ($forks)" "p50" "p95"
+printf "%-62s %10.2f %10.2f\n" "without the agent" "$(median <"$work/t_fork_none")" "$(p95 <"$work/t_fork_none")"
+printf "%-62s %10.2f %10.2f\n" "with the agent, the server never dumped" "$(median <"$work/t_fork_never")" "$(p95 <"$work/t_fork_never")"
+printf "%-62s %10.2f %10.2f\n" "with the agent, a dump before each" "$(median <"$work/t_fork_dumped")" "$(p95 <"$work/t_fork_dumped")"
+awk -v n="$fork_anon_none" -v a="$fork_anon_never" -v d="$fork_anon_dumped" \
+    'BEGIN { printf "%-62s %10.1f %10.1f\n", "anonymous memory added once it rests, MiB: never dumped, dumped", (a - n) / 1024, (d - n) / 1024 }'
