@@ -207,6 +207,7 @@ while [ "$n" -lt 100 ]; do
     sleep_ms 50
     dump /dev/null >/dev/null
     n=$((n + 1))
+    [ "$n" -eq 10 ] && at_rss rss_10
 done
 at_rss rss_100
 sleep 1.5
