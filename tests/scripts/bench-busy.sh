@@ -105,7 +105,7 @@ start_server() {
     local env=(env LLVM_PROFILE_FILE="$work/server-%p.profraw")
     [ "$1" = yes ] && env+=(LD_PRELOAD="$preload" LIVECOV_DIR="$cov/dir")
     rm -rf "$cov/dir"
-    "${env[@]}" "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no \
+    "${env[@]}" "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize no --dir "$work" \
         --enable-debug-command local --logfile "" >"$work/server.log" 2>&1 </dev/null &
     server_pid=$!
     pids+=("$server_pid")
@@ -320,7 +320,6 @@ done
 # for the BGSAVE itself once it watches.
 bgsaves() {
     : >"$1"
-    env LLVM_PROFILE_FILE="$clients_profile" "$work/bin/redis-cli" -p "$port" config set dir "$work" >/dev/null
     for _ in $(seq "$forks"); do
         [ "${2:-}" = dumped ] && dump /dev/null >/dev/null
         python3 - "$server_pid" "$port" "$1" <<'PY' || true
