@@ -97,6 +97,8 @@ fn warm_dumps_of_redis_under_traffic_are_llvm_covs_report_of_the_same_moment() {
     server
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"])
         .args(["--enable-debug-command", "local", "--logfile", ""])
+        .arg("--dir")
+        .arg(&dir)
         .arg("--port")
         .arg(port.to_string())
         .env("LD_PRELOAD", liblivecov())
