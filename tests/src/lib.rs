@@ -107,6 +107,12 @@ impl Drop for Killed {
     }
 }
 
+/// A TCP port free on 127.0.0.1 now, for a server a test starts.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("its address").port()
+}
+
 /// The compiler a fixture is built with; it decides the coverage mapping
 /// version and which `llvm-profdata` reads its raw profiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -891,7 +891,7 @@ fn a_child_forked_after_the_first_fork_of_a_parent_never_dumped_reports_exactly_
 
 /// What the parent of [`child_forked_after`] does before the children it
 /// checks: two dumps, or a first fork and a second's wait.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Before {
     Dumps,
     AFork,

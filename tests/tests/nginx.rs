@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CStr;
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use livecov_tests::http::{exchange, unix_request, Response};
 use livecov_tests::lcov::{file_ending, parse_lcov};
-use livecov_tests::livecov_bin;
+use livecov_tests::{free_port, livecov_bin};
 use livecov_tests::native::{clean_command, debian_build, liblivecov};
 use livecov_tests::service::find_instance;
 use livecov_tests::workspace_root;
@@ -90,11 +90,6 @@ fn parent_of(pid: u32) -> Option<u32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after_name = &stat[stat.rfind(')')? + 2..];
     after_name.split(' ').nth(1)?.parse().ok()
-}
-
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("its address").port()
 }
 
 /// A folder for one nginx, in the system's temporary folder: the workers

@@ -11,7 +11,7 @@
 //! report over that profile, byte for byte, every round.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,7 @@ use livecov_tests::http::unix_request;
 use livecov_tests::lcov::{file_ending, parse_lcov};
 use livecov_tests::native::{clean_command, debian_build, liblivecov};
 use livecov_tests::service::find_instance;
-use livecov_tests::{llvm_tool, run_checked, workspace_root};
+use livecov_tests::{free_port, llvm_tool, run_checked, workspace_root, Killed};
 
 /// Rounds of dumps under traffic, each ended by a dump of the held server.
 const ROUNDS: usize = 3;
@@ -47,20 +47,6 @@ fn redis_command(program: &str) -> Command {
     let mut command = clean_command(&redis_bin().join(program));
     command.env("LLVM_PROFILE_FILE", "/dev/null").stdin(Stdio::null()).stdout(Stdio::null());
     command
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("its address").port()
-}
-
-/// A child killed and waited for when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `redis-cli -p PORT ARGS...`, waited for: whether it answered.
@@ -104,7 +90,7 @@ fn warm_dumps_of_redis_under_traffic_are_llvm_covs_report_of_the_same_moment() {
         .env("LD_PRELOAD", liblivecov())
         .env("LIVECOV_DIR", &cov)
         .stderr(std::fs::File::create(dir.join("stderr")).expect("stderr file"));
-    let server = Running(server.spawn().expect("start redis-server"));
+    let server = Killed(server.spawn().expect("start redis-server"));
     let stderr = || std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
     let pid = server.0.id();
     let deadline = Instant::now() + WITHIN;
@@ -121,7 +107,7 @@ fn warm_dumps_of_redis_under_traffic_are_llvm_covs_report_of_the_same_moment() {
     };
     let dump = || String::from_utf8(get("/coverage")).expect("an LCOV report is UTF-8");
 
-    let _traffic = Running(
+    let _traffic = Killed(
         redis_command("redis-benchmark")
             .args(["-q", "-l", "-c", "4", "-t", "set,get,incr,lpush,lpop,hset,lrange_100", "-r", "10000"])
             .arg("-p")
@@ -140,7 +126,7 @@ fn warm_dumps_of_redis_under_traffic_are_llvm_covs_report_of_the_same_moment() {
             assert!(lcov.starts_with("SF:") && lcov.ends_with("end_of_record\n"), "round {round}: not a whole report");
         }
         let held = (0..HOLD_TRIES).find_map(|_| {
-            let sleep = Running(
+            let sleep = Killed(
                 redis_command("redis-cli")
                     .arg("-p")
                     .arg(port.to_string())

@@ -1415,7 +1415,7 @@ impl Engine {
     pub fn mapping_id(&mut self, settings: &ReportSettings<'_>) -> Result<String> {
         match &self.mapping_id {
             Some(id) => Ok(id.clone()),
-            None => Ok(self.mapping_document(settings)?.1),
+            None => self.mapping_document(settings).map(|(_, id)| id),
         }
     }
 

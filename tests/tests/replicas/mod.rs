@@ -49,9 +49,7 @@ pub fn wait_for<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
 }
 
 /// A TCP port free on 127.0.0.1 now (and, in practice, on 127.0.0.N).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
-}
+pub use livecov_tests::free_port;
 
 // ---------------------------------------------------------------- HTTP
 
