@@ -19,6 +19,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use engine::agent::stderr::say;
 use engine::agent::{self, Agent, Config};
 
 mod allocator;
@@ -349,6 +350,18 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 extern "C" fn constructor() {
     let _ = catch_unwind(|| {
+        // This library's own std (the program has none, or its own): the
+        // default hook would print a panic as the program's own, in lines
+        // that never name livecov.
+        std::panic::set_hook(Box::new(|panic| {
+            let message = panic.payload().downcast_ref::<&str>().copied();
+            let message = message.or_else(|| panic.payload().downcast_ref::<String>().map(String::as_str));
+            let place = panic.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            say(format_args!(
+                "internal error{place}: {} (please report it; the program goes on)",
+                message.unwrap_or("a panic")
+            ));
+        }));
         let Some(own) = own_module::find().filter(|m| m.index != 0) else {
             // Linked statically into the program (the module holding this
             // code is the executable): it calls livecov_start.
@@ -367,7 +380,7 @@ fn autostart() {
         Ok(Some(config)) => config,
         Ok(None) => return,
         Err(e) => {
-            eprintln!("livecov: not started: {e}");
+            say(format_args!("not started: {e}"));
             return;
         }
     };
@@ -377,11 +390,11 @@ fn autostart() {
     agent::end_replaced_instances(&config);
     if !agent::has_instrumented_module() {
         let program = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
-        eprintln!(
-            "livecov: not started in {program} (pid {}): no LLVM-instrumented module is loaded (build with \
+        say(format_args!(
+            "not started in {program} (pid {}): no LLVM-instrumented module is loaded (build with \
              -fprofile-instr-generate -fcoverage-mapping, or -C instrument-coverage)",
             std::process::id()
-        );
+        ));
         return;
     }
     as_native(&mut config);
@@ -393,10 +406,10 @@ fn autostart() {
     match agent::start_in_background(config) {
         Ok(agent) => {
             if std::env::var_os("LIVECOV_VERBOSE").is_some_and(|v| v != "0") {
-                eprintln!("livecov: started {} in {} us", agent.instance(), clock.elapsed().as_micros());
+                say(format_args!("started {} in {} us", agent.instance(), clock.elapsed().as_micros()));
             }
         }
-        Err(e) => eprintln!("livecov: not started: {e}"),
+        Err(e) => say(format_args!("not started: {e}")),
     }
 }
 

@@ -113,6 +113,22 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
+/// A standard error that takes nothing: a pipe whose reader is gone (a
+/// write raises SIGPIPE), or a full disk (`/dev/full`).
+pub fn stderr_taking_nothing() -> [(&'static str, std::process::Stdio); 2] {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // Safety: a pipe whose read end is closed at once; its write end is
+    // owned by the `OwnedFd`.
+    let pipe = unsafe {
+        assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0, "pipe2");
+        libc::close(fds[0]);
+        OwnedFd::from_raw_fd(fds[1])
+    };
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("open /dev/full");
+    [("a pipe nobody reads", pipe.into()), ("/dev/full", full.into())]
+}
+
 /// The compiler a fixture is built with; it decides the coverage mapping
 /// version and which `llvm-profdata` reads its raw profiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -385,6 +385,21 @@ fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
     assert_eq!(health_over_tcp(metadata_tcp(&local).as_str().expect("TCP address")), 200);
 }
 
+/// `livecov::start()` says why it did not start on the program's stderr:
+/// where that takes nothing, the line is lost and the program runs on (a
+/// Rust program ignores SIGPIPE, so a pipe nobody reads fails the write).
+#[test]
+fn a_line_the_agent_cannot_write_does_not_stop_the_program() {
+    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+        let dir = livecov_tests::service::scratch("agent", "stderr-taking-nothing");
+        let mut cmd = Command::new(service_bin());
+        cmd.env("LIVECOV_DIR", dir.join("cov")).env("LIVECOV_FLUSH_SECS", "soon").stderr(stderr);
+        let s = Service::spawn(cmd, dir.join("cov"));
+        assert!(s.get("/fib?n=10").ends_with("55"), "stderr {how}");
+        assert!(!dir.join("cov").join("sockets").exists(), "stderr {how}: the agent started");
+    }
+}
+
 /// A program that puts descriptors at small numbers itself once its agent
 /// started (`dup2`, as a daemon does with those it hands to what it runs)
 /// keeps its agent: started from `main` before any other thread of the

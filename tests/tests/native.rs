@@ -1132,6 +1132,28 @@ fn an_uninstrumented_program_is_left_alone_with_one_line() {
     assert!(quiet.stderr.is_empty() && quiet.stdout == plain.stdout);
 }
 
+/// The line the agent says before `main` is written on the program's
+/// thread, where a pipe nobody reads raises SIGPIPE, whose default action
+/// ends the program.
+#[test]
+fn a_line_the_agent_cannot_write_changes_nothing_in_the_program() {
+    let b = built(Toolchain::Clang19);
+    let dir = scratch("stderr-taking-nothing");
+    let args = ["fib", "10", ",", "words", "abc"];
+    let plain = command(&b.app_uninstrumented, &dir).args(args).output().expect("run");
+    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+        let preloaded = command(&b.app_uninstrumented, &dir)
+            .args(args)
+            .env("LD_PRELOAD", &shim().so)
+            .env("LIVECOV_DIR", dir.join("cov"))
+            .stderr(stderr)
+            .output()
+            .expect("run under LD_PRELOAD");
+        assert_eq!(preloaded.status.code(), plain.status.code(), "stderr {how}: {}", preloaded.status);
+        assert_eq!(preloaded.stdout, plain.stdout, "stderr {how}");
+    }
+}
+
 #[test]
 fn a_second_copy_of_livecov_does_not_start_a_second_agent() {
     // The API build (liblivecov.a inside) run with liblivecov.so preloaded:

@@ -447,6 +447,37 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
     drop(disk);
 }
 
+/// The program's stderr on the full disk too: the agent's lines are lost,
+/// and nothing else. (`eprintln!` panicked there, on the thread of periodic
+/// and final reports, which then wrote no report again.)
+#[test]
+fn with_stderr_on_the_full_disk_too_the_reports_go_on_once_there_is_room() {
+    let dir = scratch("full-disk-stderr");
+    let run = dir.join("agent");
+    let disk = SmallDisk::mount(&run, "4m");
+    let mut p = Running::start(&programs().pause, &[], &run, true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
+    p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
+    let cov = p.dir.join("cov");
+    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+    let reports = cov.join("reports");
+    let report = reports.join(format!("{instance}.lcov"));
+    wait_for("a periodic report", Duration::from_millis(20), || {
+        std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n"))
+    });
+    disk.fill();
+    // Periodic reports refused, each said where nothing fits.
+    std::thread::sleep(Duration::from_secs(1));
+    disk.empty();
+    p.signal(libc::SIGTERM);
+    let status = p.wait().expect("pause ends on SIGTERM");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
+    assert!(meta.contains("\"state\":\"exited\""), "no final report: {meta}");
+    let last = std::fs::read_to_string(&report).expect("the final report");
+    assert_eq!(file_ending(&parse_lcov(&last), "pause.c").functions.get("pause.c:count"), Some(&1), "{last}");
+    drop(disk);
+}
+
 // ---------------------------------------------------------------- a daemon that closes every descriptor
 
 /// The files `pid` has open, by the names their descriptors point at.

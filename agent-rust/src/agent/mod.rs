@@ -16,6 +16,7 @@ pub(crate) mod modules;
 mod process;
 mod reports;
 pub mod server;
+pub mod stderr;
 mod threads;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use regex_lite::Regex;
 pub use config::{Config, DEFAULT_IGNORE};
 use crate::fleet::ReportSettings;
 use engine::{Engine, ReportOptions};
+use stderr::say;
 use server::{ApiError, Body, CoverageQuery, Format, Limits, Listen, Server, Service};
 
 /// The running agent of this process (a forked child gets its own).
@@ -117,11 +119,11 @@ pub fn start() -> Option<&'static Agent> {
         Ok(Some(config)) => {
             end_replaced_instances(&config);
             start_with(config)
-                .map_err(|e| eprintln!("livecov: not started: {e}"))
+                .map_err(|e| say(format_args!("not started: {e}")))
                 .ok()
         }
         Err(e) => {
-            eprintln!("livecov: not started: {e}");
+            say(format_args!("not started: {e}"));
             None
         }
     }
@@ -189,7 +191,7 @@ pub fn stop() -> bool {
     }
     let result = std::panic::catch_unwind(|| agent.shutdown());
     if result.is_err() {
-        eprintln!("livecov: internal error while stopping (please report it)");
+        say(format_args!("internal error while stopping (please report it)"));
     }
     true
 }
@@ -328,7 +330,7 @@ impl Agent {
             if listen.unix.is_none() {
                 return Err(refusal);
             }
-            eprintln!("livecov: {refusal} (the socket in LIVECOV_DIR serves)");
+            say(format_args!("{refusal} (the socket in LIVECOV_DIR serves)"));
             listen.tcp = None;
         }
         // Without a socket or TCP address, the program dumps through the
@@ -353,7 +355,7 @@ impl Agent {
             if background {
                 let started = make_dirs(&self.config).and_then(|()| self.run());
                 if let Err(e) = started {
-                    eprintln!("livecov: not started: {e}");
+                    say(format_args!("not started: {e}"));
                     self.withdraw();
                     process::close_wakeup();
                     return;
@@ -626,13 +628,13 @@ impl Agent {
                 bytes.push(b'\n');
                 bytes.extend_from_slice(&gzip);
                 if let Err(e) = file.write(&[&bytes]) {
-                    eprintln!("livecov: cannot write {}: {e}", file.path().display());
+                    say(format_args!("cannot write {}: {e}", file.path().display()));
                     return;
                 }
                 self.mapping_beside(file.path(), &id);
             }
-            Ok(Err(e)) => eprintln!("livecov: no counters beside the report (an exact merge takes the report): {e}"),
-            Err(_) => eprintln!("livecov: internal error while writing the counters (please report it)"),
+            Ok(Err(e)) => say(format_args!("no counters beside the report (an exact merge takes the report): {e}")),
+            Err(_) => say(format_args!("internal error while writing the counters (please report it)")),
         }
     }
 
@@ -673,11 +675,11 @@ impl Agent {
         match std::panic::catch_unwind(|| self.report(None, reset)) {
             Ok(Ok(report)) => {
                 if let Err(e) = file.write(&report.slices()) {
-                    eprintln!("livecov: cannot write {}: {e}", file.path().display());
+                    say(format_args!("cannot write {}: {e}", file.path().display()));
                 }
             }
-            Ok(Err(e)) => eprintln!("livecov: no report: {e}"),
-            Err(_) => eprintln!("livecov: internal error while writing the report (please report it)"),
+            Ok(Err(e)) => say(format_args!("no report: {e}")),
+            Err(_) => say(format_args!("internal error while writing the report (please report it)")),
         }
     }
 
@@ -705,8 +707,8 @@ impl Agent {
         match prepared {
             Ok(Ok(())) => {}
             // The children then make their own.
-            Ok(Err(e)) => eprintln!("livecov: nothing prepared for the program's children: {e}"),
-            Err(_) => eprintln!("livecov: internal error while preparing for the program's children (please report it)"),
+            Ok(Err(e)) => say(format_args!("nothing prepared for the program's children: {e}")),
+            Err(_) => say(format_args!("internal error while preparing for the program's children (please report it)")),
         }
     }
 
@@ -747,7 +749,7 @@ impl Agent {
         let Some(files) = &self.files else { return };
         let json = self.metadata(state);
         if let Err(e) = files.metadata.write(&[json.as_bytes()]) {
-            eprintln!("livecov: cannot write {}: {e}", files.metadata.path().display());
+            say(format_args!("cannot write {}: {e}", files.metadata.path().display()));
         }
     }
 
@@ -1015,6 +1017,6 @@ unsafe extern "C" fn after_fork_in_child() {
     let launched = std::panic::catch_unwind(|| launch(config, false)).unwrap_or_else(|_| Err("internal error".into()));
     drop(held);
     if let Err(e) = launched {
-        eprintln!("livecov: not started in forked child {}: {e}", std::process::id());
+        say(format_args!("not started in forked child {}: {e}", std::process::id()));
     }
 }

@@ -21,6 +21,8 @@ use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use super::stderr::say;
+
 /// `reports/<instance>.json`, `reports/<instance>.lcov` and
 /// `reports/<instance>.counters`.
 pub struct InstanceFiles {
@@ -52,10 +54,10 @@ impl InstanceFiles {
         }
         for file in [&self.metadata, &self.report, &self.counters] {
             if let Err(e) = file.prepare() {
-                eprintln!(
-                    "livecov: cannot open {}: {e} (if the process changes its user, its reports may be lost)",
+                say(format_args!(
+                    "cannot open {}: {e} (if the process changes its user, its reports may be lost)",
                     file.path().display()
-                );
+                ));
             }
         }
     }
