@@ -364,7 +364,7 @@ func (a *agent) writeReport() {
 	}
 	lcov, err := a.lcovNow("", false)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "livecov: report not written: %v\n", err)
+		say("report not written: %v", err)
 		return
 	}
 	a.reportMu.Lock()
@@ -375,7 +375,7 @@ func (a *agent) writeReport() {
 // write puts data into path (see writeFile), or says why it cannot.
 func (a *agent) write(path string, data []byte) {
 	if err := writeFile(path, data); err != nil {
-		fmt.Fprintf(os.Stderr, "livecov: cannot write %s: %v\n", path, err)
+		say("cannot write %s: %v", path, err)
 	}
 }
 

@@ -63,7 +63,7 @@ func readConfig(variable func(string) string) (*config, error) {
 			if cfg.dir == "" {
 				return nil, fmt.Errorf("%s", msg)
 			}
-			fmt.Fprintf(os.Stderr, "livecov: not listening on TCP: %s; the socket in LIVECOV_DIR serves\n", msg)
+			say("not listening on TCP: %s; the socket in LIVECOV_DIR serves", msg)
 			cfg.listen = ""
 		}
 	}

@@ -34,14 +34,14 @@ const goCoverDirVariable = "GOCOVERDIR"
 func init() {
 	cfg, err := readConfig(os.Getenv)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "livecov: not started: %v\n", err)
+		say("not started: %v", err)
 		return
 	}
 	if cfg == nil {
 		return
 	}
 	if !builtWithCover() {
-		fmt.Fprintln(os.Stderr, "livecov: not started: this program was not built with -cover (build it with go build -cover -covermode=atomic)")
+		say("not started: this program was not built with -cover (build it with go build -cover -covermode=atomic)")
 		return
 	}
 	instance := fmt.Sprintf("go-%d-%s", os.Getpid(), randomHex())
@@ -140,14 +140,14 @@ func start(cfg *config, instance, coverDir string) {
 	raw := programMeta(coverDir)
 	m, err := decodeMeta(raw)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "livecov: not started: cannot read this program's coverage meta-data (%v)\n", err)
+		say("not started: cannot read this program's coverage meta-data (%v)", err)
 		return
 	}
 	if m.mode != modeAtomic {
 		if coverDir != "" {
 			os.RemoveAll(coverDir)
 		}
-		fmt.Fprintf(os.Stderr, "livecov: not started: this program was built with -covermode=%s; the hook needs -covermode=atomic (go build -cover -covermode=atomic)\n", modeNames[m.mode])
+		say("not started: this program was built with -covermode=%s; the hook needs -covermode=atomic (go build -cover -covermode=atomic)", modeNames[m.mode])
 		return
 	}
 	own := reflect.TypeOf(config{}).PkgPath()
@@ -161,7 +161,7 @@ func start(cfg *config, instance, coverDir string) {
 		baseline: map[funcKey][]uint32{},
 	}
 	if err := a.run(); err != nil {
-		fmt.Fprintf(os.Stderr, "livecov: not started: %v\n", err)
+		say("not started: %v", err)
 	}
 }
 

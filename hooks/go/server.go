@@ -15,7 +15,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +74,7 @@ func (a *agent) handleConn(c net.Conn, tcp bool) {
 	// No request, however made, may take the program down.
 	defer func() {
 		if r := recover(); r != nil {
-			fmt.Fprintf(os.Stderr, "livecov: internal error serving a request: %v\n", r)
+			say("internal error serving a request: %v", r)
 		}
 	}()
 	// A buffer as large as a head may be: any line within the limit fits.

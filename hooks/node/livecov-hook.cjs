@@ -46,10 +46,15 @@ const LIMITS = {
 
 const ROUTES = 'GET /coverage, POST /reset, GET /health';
 
+/**
+ * One line on stderr, written at once to descriptor 2. Not through
+ * process.stderr: a write it cannot make (a pipe nobody reads, a full disk)
+ * is an 'error' event that, unhandled, ends the program.
+ */
 function complain(what, err) {
   try {
     const detail = err === undefined ? '' : `: ${err && err.message ? err.message : String(err)}`;
-    process.stderr.write(`livecov: ${(what + detail).replace(/\s*\n\s*/g, ' ')}\n`);
+    fs.writeSync(2, `livecov: ${(what + detail).replace(/\s*\n\s*/g, ' ')}\n`);
   } catch {
     // Nowhere left to say it.
   }

@@ -63,6 +63,11 @@ impl Shop {
             cmd.env(k, v);
         }
         let stderr = File::create(dir.join(format!("stderr-{}.txt", std::process::id()))).expect("stderr file");
+        Shop::spawn(cmd, dir, cov, stderr.into())
+    }
+
+    /// `cmd` (the service, its arguments and environment) with `stderr`.
+    fn spawn(mut cmd: Command, dir: &Path, cov: &Path, stderr: Stdio) -> Shop {
         let mut child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
@@ -514,6 +519,20 @@ fn builds_the_hook_cannot_serve_get_one_line_on_stderr_and_no_server() {
         ["livecov: not started: LIVECOV_FLUSH_SECS=\"soon\" is not a positive number of seconds"]
     );
     assert!(!shop.cov.join("sockets").exists());
+}
+
+/// Where stderr takes nothing, the line is lost and the program runs on
+/// (through os.Stderr, a pipe nobody reads ended it with SIGPIPE).
+#[test]
+fn a_line_the_hook_cannot_write_does_not_stop_the_program() {
+    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+        let dir = scratch(GROUP, "stderr-taking-nothing");
+        let mut cmd = Command::new(go::service(Build::Plain));
+        go::clean_env(&mut cmd);
+        cmd.env("LIVECOV_DIR", dir.join("cov"));
+        let shop = Shop::spawn(cmd, &dir, &dir.join("cov"), stderr);
+        assert_eq!(shop.get("/fib?n=3").trim(), "2", "stderr {how}: the program serves");
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::io::BufRead;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -183,16 +183,22 @@ fn typescript_app() -> &'static Path {
 fn hello_and_quit(mut cmd: Command) -> (ExitStatus, String) {
     use std::io::Read;
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start node");
+    let status = serve_hello_and_quit(&mut child);
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    (status, stderr)
+}
+
+/// Asks `child` (`http_app`, its standard output piped) for `/hello`, then
+/// `/quit`; its exit status.
+fn serve_hello_and_quit(child: &mut Child) -> ExitStatus {
     let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
     let mut line = String::new();
     stdout.read_line(&mut line).expect("read the first line");
     let port: u16 = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("first line {line:?}"));
     assert_eq!(body(&get(port, "/hello")), "hello\n");
     assert_eq!(body(&get(port, "/quit")), "bye\n");
-    let status = wait_for("the program to end", Duration::from_millis(20), || child.try_wait().expect("wait for node"));
-    let mut stderr = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
-    (status, stderr)
+    wait_for("the program to end", Duration::from_millis(20), || child.try_wait().expect("wait for node"))
 }
 
 // ---------------------------------------------------------------- tests
@@ -604,6 +610,20 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_without_the_hook() {
     assert!(status.success(), "{status}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("livecov: not started: ENOTDIR"), "{stderr}");
+}
+
+/// Where stderr takes nothing, the line is lost and the program runs on
+/// (process.stderr made it an 'error' event, which ended the program).
+#[test]
+fn a_line_the_hook_cannot_write_does_not_stop_the_program() {
+    let dir = scratch("hooks_node", "stderr-taking-nothing");
+    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+        let mut cmd = node_with_hook(&http_app(), &[], &dir.join("cov"));
+        cmd.env("LIVECOV_FLUSH_SECS", "soon").current_dir(&dir);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().expect("start node");
+        let status = serve_hello_and_quit(&mut child);
+        assert!(status.success(), "stderr {how}: {status}");
+    }
 }
 
 #[test]

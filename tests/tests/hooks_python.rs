@@ -173,8 +173,12 @@ impl Script {
         Script::spawn(cmd, dir, cov)
     }
 
-    fn spawn(mut cmd: Command, dir: PathBuf, cov: PathBuf) -> Script {
+    fn spawn(cmd: Command, dir: PathBuf, cov: PathBuf) -> Script {
         let stderr = File::create(dir.join("stderr.txt")).expect("stderr file");
+        Script::spawn_with(cmd, dir, cov, stderr.into())
+    }
+
+    fn spawn_with(mut cmd: Command, dir: PathBuf, cov: PathBuf, stderr: Stdio) -> Script {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -816,6 +820,38 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_on() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("livecov: not started: LIVECOV_FLUSH_SECS='soon'"), "{stderr}");
     assert!(!script.cov.exists(), "the hook made its directory anyway");
+}
+
+/// A source removed while the program runs is left out of reports, with
+/// one line on stderr; where stderr takes nothing, the line is lost and
+/// the dump answers all the same.
+#[test]
+fn a_source_removed_is_left_out_with_one_line_even_one_that_cannot_be_written() {
+    let file = |dir: &Path| Stdio::from(File::create(dir.join("stderr.txt")).expect("stderr file"));
+    let [gone, full] = livecov_tests::stderr_taking_nothing();
+    for (how, stderr) in [("a file", None), (gone.0, Some(gone.1)), (full.0, Some(full.1))] {
+        let dir = scratch(GROUP, "source-removed");
+        let source = dir.join("removed.py");
+        std::fs::copy(python::fixture_dir().join("plain.py"), &source).expect("copy plain.py");
+        let mut cmd = Python::System.command("python");
+        cmd.arg(&source).env("LIVECOV_DIR", dir.join("cov"));
+        let stderr = stderr.unwrap_or_else(|| file(&dir));
+        let mut script = Script::spawn_with(cmd, dir.clone(), dir.join("cov"), stderr);
+        assert!(script.line().starts_with("ready "), "{how}");
+        script.call_later();
+        assert!(script.coverage("").contains("removed.py"), "{how}");
+        std::fs::remove_file(&source).expect("remove the source");
+        let dump = script.get("/coverage");
+        assert_eq!(dump.status, 200, "stderr {how}: {}", dump.text());
+        assert!(!dump.text().contains("removed.py"), "stderr {how}");
+        script.call_later();
+        if how == "a file" {
+            let said = script.stderr();
+            assert!(said.starts_with(&format!("livecov: {} left out of reports: ", source.display())), "{said}");
+        }
+        script.send("exit");
+        assert!(script.wait().success(), "stderr {how}");
+    }
 }
 
 #[test]

@@ -57,6 +57,7 @@ from . import __version__, _threads
 from ._config import Config, ConfigError, from_env
 from ._engine import Engine, summary_json
 from ._server import REQUEST_TIMEOUT, ApiError, Query, Server
+from ._stderr import complain
 
 # The longest the interpreter's exit waits for the final report.
 EXIT_TIMEOUT = 30.0
@@ -76,15 +77,6 @@ T = TypeVar("T")
 # CPython 3.12+'s warning at os.fork() (and os.forkpty()) with more than one
 # thread in the process; it counts the threads in /proc/self/stat.
 _FORK_WARNING = r"This process \(pid=\d+\) is multi-threaded, use of fork(pty)?\(\) may lead to deadlocks"
-
-
-def complain(message: str) -> None:
-    """One line on stderr: the hook never raises into the program."""
-    try:
-        sys.stderr.write(f"livecov: {message}\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
 
 
 def start() -> str | None:

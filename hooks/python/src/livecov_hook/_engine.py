@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 
 from ._config import Config, default_ignore, own_sources
+from ._stderr import complain
 
 # coverage.py warnings that would only be noise in a program's stderr: a hooked
 # process measures from interpreter start, may run no code of its own at all,
@@ -142,7 +142,7 @@ class Engine:
         if filename not in self._complained:
             self._complained.add(filename)
             message = str(error).replace("\n", " ") or type(error).__name__
-            sys.stderr.write(f"livecov: {filename} left out of reports: {message}\n")
+            complain(f"{filename} left out of reports: {message}")
 
 
 def _stamp(filename: str) -> tuple[int, int] | None:

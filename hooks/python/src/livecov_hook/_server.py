@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 
 from . import _threads
+from ._stderr import complain
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 64
@@ -355,7 +356,7 @@ class Server:
                         return
                     self._accept(key.fileobj, key.data)
         except Exception as e:
-            sys.stderr.write(f"livecov: the API stopped serving: {e}\n")
+            complain(f"the API stopped serving: {e}")
         finally:
             selector.close()
             self._close_listeners()
