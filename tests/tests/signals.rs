@@ -410,21 +410,38 @@ fn sigterm_still_ends_a_plain_program_with_its_final_report() {
     assert!(!cov.join("sockets").join(format!("{instance}.sock")).exists(), "socket left behind");
 }
 
+/// `pause` under the agent, with a periodic report every 0.2 s, and a
+/// small disk at its run's folder (its stderr and `LIVECOV_DIR` on it) or
+/// at `LIVECOV_DIR` alone; once a periodic report is written.
+struct PauseOnASmallDisk {
+    disk: SmallDisk,
+    p: Running,
+    cov: PathBuf,
+    instance: String,
+    /// The instance's report, and its text then.
+    report: PathBuf,
+    last: String,
+}
+
+impl PauseOnASmallDisk {
+    fn start(name: &str, stderr_on_it: bool) -> PauseOnASmallDisk {
+        let run = scratch(name).join("agent");
+        let disk = SmallDisk::mount(&if stderr_on_it { run.clone() } else { run.join("cov") }, "4m");
+        let mut p = Running::start(&programs().pause, &[], &run, true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
+        p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
+        let cov = p.dir.join("cov");
+        let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
+        let report = cov.join("reports").join(format!("{instance}.lcov"));
+        let last = wait_for("a periodic report", Duration::from_millis(20), || {
+            std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n"))
+        });
+        PauseOnASmallDisk { disk, p, cov, instance, report, last }
+    }
+}
+
 #[test]
 fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole() {
-    let dir = scratch("full-disk");
-    let run = dir.join("agent");
-    let disk = SmallDisk::mount(&run.join("cov"), "4m");
-    let mut p = Running::start(&programs().pause, &[], &run, true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
-    p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
-    let cov = p.dir.join("cov");
-    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
-    let reports = cov.join("reports");
-    let report = reports.join(format!("{instance}.lcov"));
-    // A periodic report, written while there was room.
-    let last = wait_for("a periodic report", Duration::from_millis(20), || {
-        std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n"))
-    });
+    let PauseOnASmallDisk { disk, mut p, cov, instance, report, last } = PauseOnASmallDisk::start("full-disk", false);
     disk.fill();
     let cannot = format!("livecov: cannot write {}: No space left on device", report.display());
     wait_for("a periodic report refused", Duration::from_millis(20), || p.stderr().contains(&cannot).then_some(()));
@@ -438,6 +455,7 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
     let files = parse_lcov(&last);
     assert!(file_ending(&files, "pause.c").functions.contains_key("main"), "{last}");
     // Nothing half written left behind, and no socket.
+    let reports = cov.join("reports");
     let mut left: Vec<String> = std::fs::read_dir(&reports).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
     let counters = std::fs::read(reports.join(format!("{instance}.counters"))).expect("the counters");
@@ -452,18 +470,7 @@ fn on_a_full_disk_sigterm_still_ends_the_program_and_its_last_report_stays_whole
 /// and final reports, which then wrote no report again.)
 #[test]
 fn with_stderr_on_the_full_disk_too_the_reports_go_on_once_there_is_room() {
-    let dir = scratch("full-disk-stderr");
-    let run = dir.join("agent");
-    let disk = SmallDisk::mount(&run, "4m");
-    let mut p = Running::start(&programs().pause, &[], &run, true, &[("LIVECOV_FLUSH_SECS", "0.2")]);
-    p.expect("ready 55").unwrap_or_else(|f| panic!("{}", f.what));
-    let cov = p.dir.join("cov");
-    let instance = wait_for("the agent's socket", Duration::from_millis(10), || find_instance(&cov, "native", p.child.id()));
-    let reports = cov.join("reports");
-    let report = reports.join(format!("{instance}.lcov"));
-    wait_for("a periodic report", Duration::from_millis(20), || {
-        std::fs::read_to_string(&report).ok().filter(|r| r.ends_with("end_of_record\n"))
-    });
+    let PauseOnASmallDisk { disk, mut p, cov, instance, report, .. } = PauseOnASmallDisk::start("full-disk-stderr", true);
     disk.fill();
     // Periodic reports refused, each said where nothing fits.
     std::thread::sleep(Duration::from_secs(1));
@@ -471,7 +478,7 @@ fn with_stderr_on_the_full_disk_too_the_reports_go_on_once_there_is_room() {
     p.signal(libc::SIGTERM);
     let status = p.wait().expect("pause ends on SIGTERM");
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
-    let meta = std::fs::read_to_string(reports.join(format!("{instance}.json"))).expect("the metadata");
+    let meta = std::fs::read_to_string(cov.join("reports").join(format!("{instance}.json"))).expect("the metadata");
     assert!(meta.contains("\"state\":\"exited\""), "no final report: {meta}");
     let last = std::fs::read_to_string(&report).expect("the final report");
     assert_eq!(file_ending(&parse_lcov(&last), "pause.c").functions.get("pause.c:count"), Some(&1), "{last}");
