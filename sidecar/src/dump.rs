@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::client::{self, Client, CoverageQuery, Target};
-use crate::output::Output;
+use crate::output::{Output, StdoutClosed};
 
 /// The target forms, shown after the examples of both commands.
 macro_rules! target_forms {
@@ -124,7 +124,13 @@ pub fn dump(args: DumpArgs) -> Result<()> {
         if args.reset { ", counters reset" } else { "" }
     );
     drop(reserved);
-    output.commit(&response.body)
+    let written = output.commit(&response.body);
+    match written {
+        Err(e) if args.reset && e.downcast_ref::<StdoutClosed>().is_some() => {
+            bail!("{e}: the counts this dump reset are lost (write them to a file with -o OUT)")
+        }
+        written => written,
+    }
 }
 
 #[derive(clap::Args, Debug)]

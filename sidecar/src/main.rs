@@ -11,7 +11,7 @@
 
 mod convert;
 
-use livecov_cli::{collect, dump, merge_command, push, report, sidecar};
+use livecov_cli::{collect, dump, merge_command, output, push, report, sidecar};
 
 use std::process::ExitCode;
 
@@ -131,6 +131,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<output::StdoutClosed>().is_some() => ExitCode::SUCCESS,
         Err(e) => {
             match e.downcast_ref::<report::UnderThreshold>() {
                 // Not an error: the report was written, and the gate says why it fails.

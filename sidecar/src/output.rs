@@ -5,7 +5,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 /// Writes `bytes` to `path` through a temporary file in the same folder
 /// and a rename, so that a reader never sees a torn file; or to standard
@@ -117,9 +117,12 @@ impl Output {
     }
 
     /// Keeps room on the disk for a result as long as the last one at
-    /// this path (see [`reserve`]), for a file; nothing for standard output
-    /// or a device.
+    /// this path (see [`reserve`]), for a file; nothing for a device. For
+    /// standard output, fails when it is a pipe whose reader is gone.
     pub fn reserve(&self) -> Result<Option<Reserved>> {
+        if self.is_stdout() && stdout_closed() {
+            bail!("{StdoutClosed}: nothing reset");
+        }
         let Output::File(file) = self else { return Ok(None) };
         let folder = file.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         reserve(folder, fs::metadata(&file.path).map_or(0, |m| m.len())).map(Some)
@@ -135,7 +138,7 @@ impl Output {
         match self {
             Output::Stdout => {
                 let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-                write(&mut out).and_then(|()| out.flush()).context("writing to standard output")
+                to_stdout(write(&mut out).and_then(|()| out.flush()))
             }
             Output::File(mut file) => {
                 let f = file.file.as_mut().expect("an uncommitted file");
@@ -156,11 +159,40 @@ impl Output {
         match self {
             Output::Stdout => {
                 let mut out = std::io::stdout().lock();
-                out.write_all(bytes).and_then(|()| out.flush()).context("writing to standard output")
+                to_stdout(out.write_all(bytes).and_then(|()| out.flush()))
             }
             Output::File(file) => file.commit(bytes),
             Output::Special(path, mut file) => file.write_all(bytes).with_context(|| format!("cannot write {}", path.display())),
         }
+    }
+}
+
+/// Standard output closed by its reader (`livecov merge ... | head`): the
+/// command ends quietly and successfully, as a filter whose reader has what
+/// it wanted.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output closed by its reader")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Whether standard output is a pipe whose reader is gone (the kernel
+/// says so as an error condition of its write end).
+fn stdout_closed() -> bool {
+    let mut out = libc::pollfd { fd: 1, events: libc::POLLOUT, revents: 0 };
+    // Safety: one pollfd of ours; a zero timeout never waits.
+    unsafe { libc::poll(&mut out, 1, 0) == 1 && out.revents & libc::POLLERR != 0 }
+}
+
+fn to_stdout(written: std::io::Result<()>) -> Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        other => other.context("writing to standard output"),
     }
 }
 

@@ -113,9 +113,9 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("its address").port()
 }
 
-/// A standard error that takes nothing: a pipe whose reader is gone (a
-/// write raises SIGPIPE), or a full disk (`/dev/full`).
-pub fn stderr_taking_nothing() -> [(&'static str, std::process::Stdio); 2] {
+/// A standard output or error that takes nothing: a pipe whose reader is
+/// gone (a write raises SIGPIPE), or a full disk (`/dev/full`).
+pub fn output_taking_nothing() -> [(&'static str, std::process::Stdio); 2] {
     use std::os::fd::{FromRawFd, OwnedFd};
     let mut fds = [0; 2];
     // Safety: a pipe whose read end is closed at once; its write end is

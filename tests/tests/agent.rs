@@ -390,7 +390,7 @@ fn tcp_beyond_loopback_without_a_token_is_refused_unless_asked_for() {
 /// Rust program ignores SIGPIPE, so a pipe nobody reads fails the write).
 #[test]
 fn a_line_the_agent_cannot_write_does_not_stop_the_program() {
-    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+    for (how, stderr) in livecov_tests::output_taking_nothing() {
         let dir = livecov_tests::service::scratch("agent", "stderr-taking-nothing");
         let mut cmd = Command::new(service_bin());
         cmd.env("LIVECOV_DIR", dir.join("cov")).env("LIVECOV_FLUSH_SECS", "soon").stderr(stderr);

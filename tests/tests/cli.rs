@@ -367,6 +367,32 @@ fn a_reset_is_not_done_when_the_output_cannot_be_written() {
     assert_eq!(function_count(&s.coverage(""), "handlers.rs", FIB), 1, "the counters were reset");
 }
 
+/// `livecov merge ... | head`: once the reader has what it wanted, the
+/// command ends quietly, as a filter does; a dump that resets is not done
+/// when its output is already closed (its counts would be lost).
+#[test]
+fn a_reader_that_stops_reading_ends_the_command_quietly() {
+    let s = start("stdout-closed", &[]);
+    s.get("/fib?n=4");
+    let lcov = s.dir.join("dumped.lcov");
+    ok(&["dump", &socket_arg(&s), "-o", lcov.to_str().unwrap()]);
+    let [(_, closed), _] = livecov_tests::output_taking_nothing();
+    let run = |args: &[&str], stdout: Stdio| {
+        let out = Command::new(livecov_bin()).args(args).stdout(stdout).stderr(Stdio::piped()).output().expect("run livecov");
+        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let lcov = lcov.to_str().unwrap();
+    let (status, stderr) = run(&["merge", lcov, lcov], closed);
+    assert!(status.success() && stderr.is_empty(), "{status}: {stderr}");
+    let [(_, closed), (_, full)] = livecov_tests::output_taking_nothing();
+    let (status, stderr) = run(&["dump", &socket_arg(&s), "--reset"], closed);
+    assert!(!status.success() && stderr.contains("standard output closed by its reader: nothing reset"), "{status}: {stderr}");
+    assert_eq!(function_count(&s.coverage(""), "handlers.rs", FIB), 1, "the counters were reset");
+    // Another failure to write is an error as before.
+    let (status, stderr) = run(&["merge", lcov, lcov], full);
+    assert!(!status.success() && stderr.contains("writing to standard output: No space left on device"), "{status}: {stderr}");
+}
+
 #[test]
 fn every_subcommand_has_help_with_an_example() {
     for cmd in ["merge", "dump", "reset"] {

@@ -525,7 +525,7 @@ fn builds_the_hook_cannot_serve_get_one_line_on_stderr_and_no_server() {
 /// (through os.Stderr, a pipe nobody reads ended it with SIGPIPE).
 #[test]
 fn a_line_the_hook_cannot_write_does_not_stop_the_program() {
-    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+    for (how, stderr) in livecov_tests::output_taking_nothing() {
         let dir = scratch(GROUP, "stderr-taking-nothing");
         let mut cmd = Command::new(go::service(Build::Plain));
         go::clean_env(&mut cmd);

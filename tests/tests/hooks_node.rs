@@ -617,7 +617,7 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_without_the_hook() {
 #[test]
 fn a_line_the_hook_cannot_write_does_not_stop_the_program() {
     let dir = scratch("hooks_node", "stderr-taking-nothing");
-    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+    for (how, stderr) in livecov_tests::output_taking_nothing() {
         let mut cmd = node_with_hook(&http_app(), &[], &dir.join("cov"));
         cmd.env("LIVECOV_FLUSH_SECS", "soon").current_dir(&dir);
         let mut child = cmd.stdout(Stdio::piped()).stderr(stderr).spawn().expect("start node");

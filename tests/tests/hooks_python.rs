@@ -828,7 +828,7 @@ fn a_bad_setting_is_one_line_on_stderr_and_the_program_runs_on() {
 #[test]
 fn a_source_removed_is_left_out_with_one_line_even_one_that_cannot_be_written() {
     let file = |dir: &Path| Stdio::from(File::create(dir.join("stderr.txt")).expect("stderr file"));
-    let [gone, full] = livecov_tests::stderr_taking_nothing();
+    let [gone, full] = livecov_tests::output_taking_nothing();
     for (how, stderr) in [("a file", None), (gone.0, Some(gone.1)), (full.0, Some(full.1))] {
         let dir = scratch(GROUP, "source-removed");
         let source = dir.join("removed.py");

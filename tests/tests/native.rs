@@ -1141,7 +1141,7 @@ fn a_line_the_agent_cannot_write_changes_nothing_in_the_program() {
     let dir = scratch("stderr-taking-nothing");
     let args = ["fib", "10", ",", "words", "abc"];
     let plain = command(&b.app_uninstrumented, &dir).args(args).output().expect("run");
-    for (how, stderr) in livecov_tests::stderr_taking_nothing() {
+    for (how, stderr) in livecov_tests::output_taking_nothing() {
         let preloaded = command(&b.app_uninstrumented, &dir)
             .args(args)
             .env("LD_PRELOAD", &shim().so)
