@@ -124,8 +124,7 @@ pub fn dump(args: DumpArgs) -> Result<()> {
         if args.reset { ", counters reset" } else { "" }
     );
     drop(reserved);
-    let written = output.commit(&response.body);
-    match written {
+    match output.commit(&response.body) {
         Err(e) if args.reset && e.downcast_ref::<StdoutClosed>().is_some() => {
             bail!("{e}: the counts this dump reset are lost (write them to a file with -o OUT)")
         }

@@ -23,11 +23,13 @@
 use std::fmt::{self, Write as _};
 use std::io;
 
+use super::threads::{just, BlockedHere};
+
 /// Writes `livecov: <message>` and a newline to descriptor 2.
 pub fn say(message: fmt::Arguments<'_>) {
     let mut line = String::with_capacity(160);
     let _ = writeln!(line, "livecov: {message}");
-    let _held = (!super::descriptors::on_agent_thread()).then(SigpipeHeld::new);
+    let held = (!super::descriptors::on_agent_thread()).then(|| (BlockedHere::only(libc::SIGPIPE), sigpipe_pending()));
     let mut rest = line.as_bytes();
     while !rest.is_empty() {
         // Safety: writes bytes borrowed for the call.
@@ -38,53 +40,19 @@ pub fn say(message: fmt::Arguments<'_>) {
             _ => break,
         }
     }
-}
-
-/// SIGPIPE blocked in the calling thread while it lives; when dropped, a
-/// SIGPIPE that became pending meanwhile is taken (unless one already was)
-/// and the thread's mask is restored.
-struct SigpipeHeld {
-    old: libc::sigset_t,
-    was_pending: bool,
-}
-
-impl SigpipeHeld {
-    fn new() -> SigpipeHeld {
-        // Safety: signal sets on the stack, filled by the calls that read them.
-        unsafe {
-            let pipe = sigpipe();
-            let mut old = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
-            SigpipeHeld { old, was_pending: sigpipe_pending() }
+    // A SIGPIPE the write raised is taken while still blocked (the mask
+    // comes back when `_blocked` drops), unless one was pending before.
+    if let Some((_blocked, false)) = held {
+        if sigpipe_pending() {
+            let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // Safety: a zero timeout never waits.
+            unsafe { libc::sigtimedwait(&just(libc::SIGPIPE), std::ptr::null_mut(), &now) };
         }
-    }
-}
-
-impl Drop for SigpipeHeld {
-    fn drop(&mut self) {
-        // Safety: as in `new`; a zero timeout never waits.
-        unsafe {
-            if !self.was_pending && sigpipe_pending() {
-                let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-                libc::sigtimedwait(&sigpipe(), std::ptr::null_mut(), &now);
-            }
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
-        }
-    }
-}
-
-fn sigpipe() -> libc::sigset_t {
-    // Safety: the set is initialized by sigemptyset before it is read.
-    unsafe {
-        let mut set = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGPIPE);
-        set
     }
 }
 
 fn sigpipe_pending() -> bool {
-    // Safety: as in `sigpipe`.
+    // Safety: the set is initialized by sigemptyset before it is read.
     unsafe {
         let mut pending = std::mem::zeroed();
         libc::sigemptyset(&mut pending);

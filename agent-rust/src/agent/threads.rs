@@ -91,26 +91,50 @@ fn scheduling() -> Option<libc::sched_attr> {
     }
 }
 
-/// The asynchronous signals, blocked in the calling thread until dropped
-/// (then its mask is what it was).
-struct BlockedHere {
+/// Signals blocked in the calling thread until dropped (then its mask is
+/// what it was).
+pub(super) struct BlockedHere {
     before: libc::sigset_t,
 }
 
 impl BlockedHere {
+    /// Every asynchronous signal.
     fn new() -> BlockedHere {
-        // Safety: sigset_t is plain data, filled by sigfillset/sigdelset and
-        // pthread_sigmask before it is read.
+        // Safety: sigset_t is plain data, filled by sigfillset/sigdelset
+        // before it is read.
         unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut set);
             for signal in SYNCHRONOUS {
                 libc::sigdelset(&mut set, signal);
             }
+            BlockedHere::set(&set)
+        }
+    }
+
+    /// `signal` alone.
+    pub(super) fn only(signal: libc::c_int) -> BlockedHere {
+        BlockedHere::set(&just(signal))
+    }
+
+    fn set(set: &libc::sigset_t) -> BlockedHere {
+        // Safety: `before` is filled by pthread_sigmask before it is read.
+        unsafe {
             let mut before: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut before);
+            libc::pthread_sigmask(libc::SIG_BLOCK, set, &mut before);
             BlockedHere { before }
         }
+    }
+}
+
+/// The set of `signal` alone.
+pub(super) fn just(signal: libc::c_int) -> libc::sigset_t {
+    // Safety: the set is initialized by sigemptyset before it is read.
+    unsafe {
+        let mut set = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        set
     }
 }
 

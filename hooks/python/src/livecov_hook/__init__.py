@@ -19,7 +19,8 @@ def start() -> str | None:
     """Starts the hook as the LIVECOV_* environment says (nothing the second
     time). Returns the instance id, or None when the hook is off; never
     raises: a problem is one line on stderr, prefixed `livecov:`."""
-    from ._agent import complain, start as start_agent
+    from ._agent import start as start_agent
+    from ._stderr import complain
 
     try:
         return start_agent()
