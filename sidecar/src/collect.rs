@@ -22,6 +22,7 @@ use crate::path_equivalence::PathEquivalence;
 use livecov::fleet::BuildMapping;
 
 use crate::snapshot::{self, file_name_for, rfc3339, Meta};
+use crate::stderr::say;
 use crate::targets::{Discovery, ReportFile, Replicas, Source, SourceStatus};
 
 /// Where the targets are and how to ask them (shared by `sidecar` and `collect`).
@@ -457,7 +458,7 @@ async fn collect(args: Args) -> Result<()> {
     text.push('\n');
     write_output(Some(&args.output.join("manifest.json")), text.as_bytes())?;
 
-    eprintln!(
+    say(format_args!(
         "livecov: collected {} instance(s) from {} target(s) into {}: {}{}",
         texts.len() + exact.len(),
         rows.len(),
@@ -468,15 +469,15 @@ async fn collect(args: Args) -> Result<()> {
             .filter(|(n, _)| *n > 0)
             .map(|(n, what)| format!("; {n} {what}"))
             .collect::<String>()
-    );
+    ));
     for r in rows.iter().filter(|r| r.state == "error") {
         match &r.error {
-            Some(e) => eprintln!("livecov: {e}"),
-            None => eprintln!("livecov: {}: failed", r.address),
+            Some(e) => say(format_args!("livecov: {e}")),
+            None => say(format_args!("livecov: {}: failed", r.address)),
         }
     }
     for r in rows.iter().filter(|r| r.state == "lost") {
-        eprintln!(
+        say(format_args!(
             "livecov: {}: lost: instance {} ended without a final report (killed, or it could not write one: \
              see its stderr); {}",
             r.address,
@@ -486,7 +487,7 @@ async fn collect(args: Args) -> Result<()> {
             } else {
                 "nothing of it is in the merge"
             }
-        );
+        ));
     }
     // With no target, the sources' errors are the reason, given once in
     // the error line.
@@ -503,7 +504,7 @@ async fn collect(args: Args) -> Result<()> {
         );
     }
     for s in found.sources.iter().filter(|s| s.error.is_some()) {
-        eprintln!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or(""));
+        say(format_args!("livecov: {}: {}", s.source, s.error.as_deref().unwrap_or("")));
     }
     let mut partial = Vec::new();
     if failed > 0 {

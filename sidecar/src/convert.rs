@@ -16,6 +16,7 @@ use livecov::mapping::CoverageMapping;
 use livecov::profile::{is_indexed_profile, read_indexed_profile, Counters, NameTable, ProfileReader};
 use livecov_cli::output::Output;
 use livecov_cli::path_equivalence::PathEquivalence;
+use livecov_cli::stderr::say;
 
 #[derive(clap::Args)]
 #[command(
@@ -136,16 +137,16 @@ pub fn run(args: Args) -> Result<()> {
         check_binary_ids(path, ids, &build_ids)?;
     }
     for w in counters.warnings() {
-        eprintln!("livecov: warning: {w}");
+        say(format_args!("livecov: warning: {w}"));
     }
 
     // JSON shows MC/DC records; LCOV does not, and is spared finding them.
     let coverage = Coverage::load_on(&mapping, &counters, args.format == Format::Json, options.threads);
     if !coverage.mismatched.is_empty() {
-        eprintln!(
+        say(format_args!(
             "livecov: warning: {} functions have mismatched data (the binary does not match the profile; they are left out)",
             coverage.mismatched.len()
-        );
+        ));
     }
     let write = |out: &mut dyn Write| match args.format {
         Format::Lcov if !args.path_equivalence.is_empty() => {
@@ -220,11 +221,11 @@ fn load_mapping(
                     build_ids.push((path.to_owned(), id));
                 }
             }
-            None => eprintln!(
+            None => say(format_args!(
                 "livecov: warning: {} has no coverage mapping (__llvm_covmap); was it built with \
                  -C instrument-coverage or -fprofile-instr-generate -fcoverage-mapping?",
                 path.display()
-            ),
+            )),
         }
     }
     if !found {

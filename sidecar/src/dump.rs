@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::client::{self, Client, CoverageQuery, Target};
 use crate::output::{Output, StdoutClosed};
+use crate::stderr::say;
 
 /// The target forms, shown after the examples of both commands.
 macro_rules! target_forms {
@@ -117,12 +118,12 @@ pub fn dump(args: DumpArgs) -> Result<()> {
         },
     };
     let response = client::block_on(client.coverage(&query)).context("cannot start the client runtime")??;
-    eprintln!(
+    say(format_args!(
         "livecov: instance {}: {} bytes{}",
         response.instance().unwrap_or("(unnamed)"),
         response.body.len(),
         if args.reset { ", counters reset" } else { "" }
-    );
+    ));
     drop(reserved);
     match output.commit(&response.body) {
         Err(e) if args.reset && e.downcast_ref::<StdoutClosed>().is_some() => {
@@ -153,6 +154,6 @@ pub struct ResetArgs {
 pub fn reset(args: ResetArgs) -> Result<()> {
     let client = args.connection.client()?;
     let instance = client::block_on(client.reset()).context("cannot start the client runtime")??;
-    eprintln!("livecov: reset instance {}", instance.as_deref().unwrap_or("(unnamed)"));
+    say(format_args!("livecov: reset instance {}", instance.as_deref().unwrap_or("(unnamed)")));
     Ok(())
 }

@@ -20,4 +20,5 @@ pub mod push;
 pub mod report;
 pub mod sidecar;
 pub mod snapshot;
+pub mod stderr;
 pub mod targets;

@@ -11,6 +11,7 @@
 
 mod convert;
 
+use livecov_cli::stderr::say;
 use livecov_cli::{collect, dump, merge_command, output, push, report, sidecar};
 
 use std::process::ExitCode;
@@ -135,8 +136,8 @@ fn main() -> ExitCode {
         Err(e) => {
             match e.downcast_ref::<report::UnderThreshold>() {
                 // Not an error: the report was written, and the gate says why it fails.
-                Some(under) => under.0.iter().for_each(|line| eprintln!("livecov: {line}")),
-                None => eprintln!("livecov: error: {e:#}"),
+                Some(under) => under.0.iter().for_each(|line| say(format_args!("livecov: {line}"))),
+                None => say(format_args!("livecov: error: {e:#}")),
             }
             ExitCode::FAILURE
         }

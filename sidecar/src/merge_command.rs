@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use crate::merge::Merger;
 use crate::output::Output;
 use crate::path_equivalence::PathEquivalence;
+use crate::stderr::say;
 
 #[derive(clap::Args, Debug)]
 #[command(
@@ -47,13 +48,13 @@ pub fn run(args: Args) -> Result<()> {
     let totals = merger.totals();
     output.commit_with(|w| merger.write_to(w))?;
     if let Some(out) = args.output.as_deref().filter(|o| *o != Path::new("-")) {
-        eprintln!(
+        say(format_args!(
             "livecov: merged {} file(s) into {}: {} record(s), {}",
             args.files.len(),
             out.display(),
             totals.records,
             totals.summary
-        );
+        ));
     }
     Ok(())
 }

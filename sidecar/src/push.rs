@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::rustls;
 
 use crate::client::ExchangeError;
+use crate::stderr::say;
 
 /// The artifactType of the manifests `livecov push` writes.
 pub const ARTIFACT_TYPE: &str = "application/vnd.livecov.coverage.v1+json";
@@ -91,9 +92,11 @@ pub fn run(args: Args) -> Result<()> {
     let mut registry =
         Registry { endpoint, repository: args.reference.repository.clone(), credentials, authorization: None, tls: None };
     let digest = crate::client::block_on(registry.push(&files, &args.reference.tag)).context("cannot start the runtime")??;
-    eprintln!("livecov: pushed {} file(s) to {}", files.len(), args.reference);
-    println!("{}/{}@{digest}", args.reference.registry, args.reference.repository);
-    Ok(())
+    say(format_args!("livecov: pushed {} file(s) to {}", files.len(), args.reference));
+    // As every command's result (a reader gone ends it quietly): the
+    // reference is pushed whether or not it can be printed.
+    let line = format!("{}/{}@{digest}\n", args.reference.registry, args.reference.repository);
+    crate::output::write_output(None, line.as_bytes()).context("pushed, but the reference was not printed")
 }
 
 // ---------------------------------------------------------------- the reference
@@ -464,7 +467,8 @@ impl Registry {
             let data = Bytes::from(std::fs::read(&file.path).with_context(|| format!("cannot read {}", file.path.display()))?);
             let digest = sha256(&data);
             let uploaded = self.blob(&data, &digest).await.with_context(|| format!("cannot push {}", file.title))?;
-            eprintln!("livecov: {} ({} bytes): {}", file.title, data.len(), if uploaded { "uploaded" } else { "already there" });
+            let how = if uploaded { "uploaded" } else { "already there" };
+            say(format_args!("livecov: {} ({} bytes): {how}", file.title, data.len()));
             layers.push(serde_json::json!({
                 "mediaType": media_type(&file.title),
                 "digest": digest,

@@ -62,6 +62,7 @@ use crate::live_page::{self, History, Point, SourceRoot};
 use crate::metrics::{self, Gauges, Metrics, SourceGauge, TargetGauge};
 use crate::path_equivalence::PathEquivalence;
 use crate::snapshot::{self, rfc3339, unix_secs, Meta};
+use crate::stderr::say;
 use crate::targets::{Discovery, Found, SourceState, SourceStatus};
 use livecov::fleet::BuildMapping;
 
@@ -308,7 +309,7 @@ impl Sidecar {
         self.metrics.resolve_errors.fetch_add(found.failures as u64, Ordering::Relaxed);
         lock(&self.store).sources = found.sources.clone();
         for change in &found.changes {
-            eprintln!("livecov sidecar: {change}");
+            say(format_args!("livecov sidecar: {change}"));
         }
     }
 
@@ -570,7 +571,7 @@ impl Sidecar {
         };
         let errors = self.discovery.lock().await.mark_reset(reset_at);
         for e in errors {
-            eprintln!("livecov sidecar: {e} (the reset is kept in memory only)");
+            say(format_args!("livecov sidecar: {e} (the reset is kept in memory only)"));
         }
         ResetOutcome { entries, failed }
     }
@@ -813,9 +814,9 @@ pub fn run(args: Args) -> Result<()> {
         discovery.exclude(socket);
     }
     if args.listen.is_some() && token.is_none() {
-        eprintln!(
+        say(format_args!(
             "livecov sidecar: warning: no --token: anyone who reaches the TCP listener can read and reset coverage"
-        );
+        ));
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -918,7 +919,7 @@ async fn serve_main(
                 // The live page's chart follows the polls, also while
                 // nobody looks (the merge is kept for the next request).
                 if let Err(e) = sc.merged(None).await {
-                    eprintln!("livecov sidecar: cannot merge the polled coverage: {e}");
+                    say(format_args!("livecov sidecar: cannot merge the polled coverage: {e}"));
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(every) => {}

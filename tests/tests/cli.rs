@@ -393,6 +393,29 @@ fn a_reader_that_stops_reading_ends_the_command_quietly() {
     assert!(!status.success() && stderr.contains("writing to standard output: No space left on device"), "{status}: {stderr}");
 }
 
+/// A message a command cannot write (its standard error a full disk, or a
+/// pipe nobody reads) is lost, and the command does its work. With
+/// `eprintln!`, `dump` and `merge` panicked (status 101) on their last line.
+#[test]
+fn a_message_that_cannot_be_written_does_not_stop_the_command() {
+    let s = start("stderr-closed", &[]);
+    s.get("/fib?n=4");
+    for k in 0..2 {
+        let run = |args: &[&str]| {
+            let (what, stderr) = livecov_tests::output_taking_nothing().into_iter().nth(k).unwrap();
+            let status = Command::new(livecov_bin()).args(args).stderr(stderr).status().expect("run livecov");
+            assert!(status.success(), "livecov {args:?}, stderr {what}: {status}");
+        };
+        let dumped = s.dir.join(format!("dumped-{k}.lcov"));
+        let merged = s.dir.join(format!("merged-{k}.lcov"));
+        let (dumped, merged) = (dumped.to_str().unwrap(), merged.to_str().unwrap());
+        run(&["dump", &socket_arg(&s), "-o", dumped]);
+        assert_eq!(function_count(&std::fs::read_to_string(dumped).unwrap(), "handlers.rs", FIB), 1);
+        run(&["merge", dumped, dumped, "-o", merged]);
+        assert_eq!(function_count(&std::fs::read_to_string(merged).unwrap(), "handlers.rs", FIB), 2);
+    }
+}
+
 #[test]
 fn every_subcommand_has_help_with_an_example() {
     for cmd in ["merge", "dump", "reset"] {

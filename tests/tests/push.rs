@@ -24,7 +24,12 @@ fn path_arg(p: &Path) -> &str {
 /// `livecov push ARGS` with `env`, and none of the caller's registry
 /// configuration: HOME is the scratch folder `home` (no ~/.docker).
 fn push(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(livecov_bin())
+    push_command(home, args, env).output().expect("run livecov push")
+}
+
+fn push_command(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(livecov_bin());
+    command
         .arg("push")
         .args(args)
         .env("HOME", home)
@@ -32,9 +37,8 @@ fn push(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         .env_remove("REGISTRY_AUTH_FILE")
         .env_remove("SSL_CERT_FILE")
         .env_remove("SSL_CERT_DIR")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run livecov push")
+        .envs(env.iter().copied());
+    command
 }
 
 fn push_ok(home: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
@@ -183,6 +187,23 @@ fn a_collection_pushed_over_plain_http_comes_back_byte_for_byte() {
     assert_eq!(again, stdout);
     assert_eq!(stderr.matches(": already there").count(), files.len(), "{stderr}");
     assert!(!stderr.contains(": uploaded"), "{stderr}");
+
+    // The push is done whether or not its reference can be printed: a
+    // reader gone ends it quietly, as a filter; a full disk is an error that
+    // says so. With `println!`, both panicked (status 101).
+    for (k, (what, stdout)) in livecov_tests::output_taking_nothing().into_iter().enumerate() {
+        let tag = format!("unprinted-{k}");
+        let args = ["--plain-http", path_arg(&folder), &format!("{}/team/coverage:{tag}", registry.address)];
+        let out = push_command(&dir, &args, &[]).stdout(stdout).output().expect("run livecov push");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let want = if k == 0 { Some(0) } else { Some(1) };
+        assert_eq!(out.status.code(), want, "stdout {what}: {stderr}");
+        if k == 1 {
+            assert!(stderr.contains("pushed, but the reference was not printed: writing to standard output"), "{stderr}");
+        }
+        let answer = registry.get(&format!("/v2/team/coverage/manifests/{tag}"), &[&format!("accept: {MANIFEST_TYPE}")]);
+        assert_eq!(answer.header("docker-content-digest"), Some(digest.as_str()), "stdout {what}");
+    }
 
     // HTTPS to a registry that speaks plain HTTP.
     let stderr = push_fails(&dir, &[path_arg(&folder), &reference], &[]);

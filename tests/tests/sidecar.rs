@@ -288,6 +288,24 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     drop((p1, p2));
 }
 
+/// The sidecar's log is its standard error: a line it cannot write (a full
+/// disk, a pipe nobody reads) is lost, and the sidecar goes on. With
+/// `eprintln!`, the warning of a `--listen` without `--token` ended it
+/// (status 101) before it listened.
+#[test]
+fn a_log_line_the_sidecar_cannot_write_does_not_stop_it() {
+    let dir = scratch("sidecar", "stderr");
+    let replica = Replica::start("127.0.0.1", None, None, &dir.join("cov"), &[]);
+    replica.get("/fib?n=12");
+    let want = replica.own_dump();
+    let cov = dir.join("cov").display().to_string();
+    for (what, stderr) in livecov_tests::output_taking_nothing() {
+        let mut sidecar = Sidecar::start_logging(&["--dir", &cov, "--listen", "127.0.0.1:0"], None, stderr);
+        assert_eq!(sidecar.coverage(""), want, "stderr {what}");
+        assert!(sidecar.alive(), "stderr {what}");
+    }
+}
+
 #[test]
 fn bad_targets_are_reported_the_others_merge_and_the_sidecar_stays_up() {
     let dir = scratch("sidecar", "bad");
