@@ -177,8 +177,16 @@ impl FunctionMapping {
             regions: counted().filter(|r| !r.is_branch()).count() as u32,
             counters,
             empty: regions.is_empty(),
-            stub: regions.len() == 1 && regions[0].count == Counter::ZERO,
+            stub: self.is_stub() == Some(true),
         }
+    }
+
+    /// Whether it is a stub of one region of the constant zero, which
+    /// llvm-cov loads only when the profile has no counts for it (`None`
+    /// while released).
+    pub fn is_stub(&self) -> Option<bool> {
+        let regions = &self.body.as_ref()?.regions;
+        Some(regions.len() == 1 && regions[0].count == Counter::ZERO)
     }
 
     /// A function of one file, decoded, for tests of what reads it.

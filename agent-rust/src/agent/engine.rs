@@ -267,6 +267,44 @@ struct Incremental {
     /// in the program and in a shared object, or in two), ascending: when
     /// one of them changes, the merge takes them all again.
     shared: Vec<u32>,
+    /// Which functions are zero-region stubs, of those decoded since the
+    /// last whole report (which decodes every function of the report).
+    stubs: Stubs,
+}
+
+/// Whether each function (by mapping index) is a zero-region stub, once
+/// known: two bits a function. A dump needs it of every function that ran
+/// (a stub's files are computed whole), and a forked child's first report
+/// has its parent's among those, most in files it takes with every count
+/// zero: told here, it decodes only those in the files it updates (a
+/// redis `BGSAVE` child: 437 of 867; its report took 16.3 ms against 17.8,
+/// medians of 21 children).
+#[derive(Default)]
+struct Stubs {
+    known: Vec<u64>,
+    stub: Vec<u64>,
+}
+
+impl Stubs {
+    fn note(&mut self, i: usize, stub: bool) {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        if self.known.len() <= word {
+            self.known.resize(word + 1, 0);
+            self.stub.resize(word + 1, 0);
+        }
+        self.known[word] |= bit;
+        if stub {
+            self.stub[word] |= bit;
+        } else {
+            self.stub[word] &= !bit;
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<bool> {
+        let (word, bit) = (i / 64, 1u64 << (i % 64));
+        let known = self.known.get(word).is_some_and(|w| w & bit != 0);
+        known.then(|| self.stub[word] & bit != 0)
+    }
 }
 
 /// A file's record as of the last report.
@@ -674,6 +712,23 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether function `i` is a zero-region stub, when known (see
+    /// [`Stubs`]) or decoded.
+    fn is_stub(&self, i: usize) -> Option<bool> {
+        self.last.stubs.get(i).or_else(|| self.decoded.body(i).map(|body| body.stub))
+    }
+
+    /// Keeps the counting bodies of those of `functions` without one,
+    /// decoded a batch at a time.
+    fn load(&mut self, functions: &[usize]) -> Result<()> {
+        for some in self.decoded.missing(functions).chunks(BATCH_FUNCTIONS) {
+            self.restore(some)?;
+            self.decoded.add(&self.mapping, some);
+            self.release_done(some);
+        }
+        Ok(())
+    }
+
     /// Decodes again the released regions of `functions`.
     fn restore(&mut self, functions: &[usize]) -> Result<()> {
         self.decoded.decoding(functions);
@@ -681,7 +736,13 @@ impl Engine {
         self.mapping.restore(functions, |object| {
             let (image, range) = objects.get(object as usize)?;
             image.get(range.clone()?)
-        })
+        })?;
+        for &i in functions {
+            if let Some(stub) = self.mapping.functions.get(i).and_then(|f| f.is_stub()) {
+                self.last.stubs.note(i, stub);
+            }
+        }
+        Ok(())
     }
 
     /// The executable never unloads; shared objects may.
@@ -1044,15 +1105,12 @@ impl Engine {
         let covfun = self.objects.iter().filter_map(|(_, range)| range.as_ref().map(|r| r.len())).sum();
         self.finish_dump();
         self.decoded.start(self.mapping.functions.len(), covfun, &changed_functions);
-        for some in self.decoded.missing(&changed_functions).chunks(BATCH_FUNCTIONS) {
-            self.restore(some)?;
-            self.decoded.add(&self.mapping, some);
-            self.release_done(some);
-        }
+        let unknown: Vec<usize> = changed_functions.iter().copied().filter(|&i| self.is_stub(i).is_none()).collect();
+        self.load(&unknown)?;
         for &i in &changed_functions {
             // Whether llvm-cov loads a zero-region stub depends on its
             // counts: its files are computed whole again.
-            if self.decoded.body(i).is_some_and(|body| body.stub) {
+            if self.is_stub(i) == Some(true) {
                 rebuild.extend(self.mapping.filenames(&self.mapping.functions[i]).iter().copied());
             }
         }
@@ -1068,6 +1126,18 @@ impl Engine {
             Some(counted) => self.zero_uncounted(counted, &changed_functions, &rebuild),
             None => Vec::new(),
         };
+        // The functions a record updates from their counts: those with a
+        // file not taken with every count zero.
+        let counted_functions: Vec<usize> = match zeroed.is_empty() {
+            true => changed_functions.clone(),
+            false => {
+                let mapping = &self.mapping;
+                let files_of = |i: usize| mapping.filenames(&mapping.functions[i]);
+                let unzeroed = |&i: &usize| files_of(i).iter().any(|f| zeroed.binary_search(f).is_err());
+                changed_functions.iter().copied().filter(unzeroed).collect()
+            }
+        };
+        self.load(&counted_functions)?;
         let last = &mut self.last;
         // The files with a record in parts that changed functions touch,
         // and which: (file, function) pairs; the parked records they touch
@@ -1117,7 +1187,7 @@ impl Engine {
         // The records' last texts are then theirs alone: each is freed as
         // its next is made, and its memory serves the next record's.
         self.last.report = Chunks::default();
-        let tallies = Tallies::count(&self.mapping, &MergedCounts(&self.last), &changed_functions, |i| self.decoded.body(i));
+        let tallies = Tallies::count(&self.mapping, &MergedCounts(&self.last), &counted_functions, |i| self.decoded.body(i));
         // The largest records first: each new text then fits in the memory
         // of the last text of the record before it, freed as that one was
         // replaced, and not in pages mapped and zeroed afresh (on redis
@@ -1657,6 +1727,26 @@ mod tests {
         assert_eq!(c[8..], 0u64.to_ne_bytes());
         add(&mut c, &base);
         assert_eq!(c[..8], 10u64.to_ne_bytes());
+    }
+
+    /// A function's stub bit is known once noted, and as last noted; the
+    /// others, past the words noted too, are unknown.
+    #[test]
+    fn stubs_tell_what_was_noted_and_nothing_else() {
+        let mut stubs = Stubs::default();
+        assert_eq!(stubs.get(0), None);
+        stubs.note(3, true);
+        stubs.note(130, false);
+        assert_eq!([stubs.get(3), stubs.get(130), stubs.get(4), stubs.get(129), stubs.get(10_000)], [
+            Some(true),
+            Some(false),
+            None,
+            None,
+            None
+        ]);
+        stubs.note(3, false);
+        stubs.note(130, true);
+        assert_eq!((stubs.get(3), stubs.get(130)), (Some(false), Some(true)));
     }
 
     #[test]
