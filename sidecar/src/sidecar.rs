@@ -884,15 +884,20 @@ async fn serve_main(
     };
     {
         use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "livecov sidecar: instance {}", sidecar.instance())?;
+        // Where it listens, for whoever started it. Its work does not need
+        // them read: lines standard output cannot take (a pipe whose reader
+        // is gone, a full disk) go to the log.
+        let mut lines = format!("livecov sidecar: instance {}\n", sidecar.instance());
         if let Some(l) = &tcp {
-            writeln!(out, "listening on http://{}", l.local_addr()?)?;
+            lines.push_str(&format!("listening on http://{}\n", l.local_addr()?));
         }
         if let Some(path) = &args.socket {
-            writeln!(out, "listening on unix:{}", path.display())?;
+            lines.push_str(&format!("listening on unix:{}\n", path.display()));
         }
-        out.flush()?;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = out.write_all(lines.as_bytes()).and_then(|()| out.flush()) {
+            say(format_args!("livecov sidecar: cannot write to standard output ({e}): {}", lines.trim_end().replace('\n', "; ")));
+        }
     }
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     // Names are followed from the start, also without --poll-interval: a

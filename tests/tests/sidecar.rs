@@ -288,13 +288,14 @@ fn a_pod_sidecar_merges_every_process_of_its_directory_and_an_aggregator_merges_
     drop((p1, p2));
 }
 
-/// The sidecar's log is its standard error: a line it cannot write (a full
-/// disk, a pipe nobody reads) is lost, and the sidecar goes on. With
-/// `eprintln!`, the warning of a `--listen` without `--token` ended it
-/// (status 101) before it listened.
+/// Lines the sidecar cannot write (a full disk, a pipe nobody reads) are
+/// lost and stop nothing. Its log is its standard error: with `eprintln!`,
+/// the warning of a `--listen` without `--token` ended it (status 101)
+/// before it listened. Its addresses on standard output are for whoever
+/// started it: they then go to its log; before, it ended at its start.
 #[test]
-fn a_log_line_the_sidecar_cannot_write_does_not_stop_it() {
-    let dir = scratch("sidecar", "stderr");
+fn lines_the_sidecar_cannot_write_stop_nothing() {
+    let dir = scratch("sidecar", "unwritten");
     let replica = Replica::start("127.0.0.1", None, None, &dir.join("cov"), &[]);
     replica.get("/fib?n=12");
     let want = replica.own_dump();
@@ -303,6 +304,24 @@ fn a_log_line_the_sidecar_cannot_write_does_not_stop_it() {
         let mut sidecar = Sidecar::start_logging(&["--dir", &cov, "--listen", "127.0.0.1:0"], None, stderr);
         assert_eq!(sidecar.coverage(""), want, "stderr {what}");
         assert!(sidecar.alive(), "stderr {what}");
+    }
+    for (k, (what, stdout)) in livecov_tests::output_taking_nothing().into_iter().enumerate() {
+        let socket = dir.join(format!("sidecar-{k}.sock"));
+        let mut child = std::process::Command::new(livecov_bin())
+            .args(["sidecar", "--dir", &cov, "--socket", socket.to_str().unwrap()])
+            .stdout(stdout)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start livecov sidecar");
+        wait_for("the sidecar's socket", || socket.exists().then_some(()));
+        let r = unix_request(&socket, "GET", "/coverage");
+        assert_eq!((r.status, r.text()), (200, want.clone()), "stdout {what}");
+        assert!(matches!(child.try_wait(), Ok(None)), "stdout {what}: the sidecar ended");
+        // Safety: signalling our own child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let out = child.wait_with_output().expect("wait for the sidecar");
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(log.contains("cannot write to standard output") && log.contains("listening on unix:"), "stdout {what}: {log}");
     }
 }
 
