@@ -1115,12 +1115,12 @@ fn an_uninstrumented_program_is_left_alone_with_one_line() {
     let dir = scratch("uninstrumented");
     let args = ["fib", "10", ",", "words", "abc"];
     let plain = command(&b.app_uninstrumented, &dir).args(args).output().expect("run");
-    let preloaded = command(&b.app_uninstrumented, &dir)
-        .args(args)
-        .env("LD_PRELOAD", &shim().so)
-        .env("LIVECOV_DIR", dir.join("cov"))
-        .output()
-        .expect("run under LD_PRELOAD");
+    let preload = || {
+        let mut preloaded = command(&b.app_uninstrumented, &dir);
+        preloaded.args(args).env("LD_PRELOAD", &shim().so).env("LIVECOV_DIR", dir.join("cov"));
+        preloaded
+    };
+    let preloaded = preload().output().expect("run under LD_PRELOAD");
     assert_eq!(preloaded.status.code(), plain.status.code());
     assert_eq!(preloaded.stdout, plain.stdout);
     let stderr = String::from_utf8_lossy(&preloaded.stderr);
@@ -1130,25 +1130,11 @@ fn an_uninstrumented_program_is_left_alone_with_one_line() {
     // Without LIVECOV_DIR, not a word.
     let quiet = command(&b.app_uninstrumented, &dir).args(args).env("LD_PRELOAD", &shim().so).output().expect("run");
     assert!(quiet.stderr.is_empty() && quiet.stdout == plain.stdout);
-}
-
-/// The line the agent says before `main` is written on the program's
-/// thread, where a pipe nobody reads raises SIGPIPE, whose default action
-/// ends the program.
-#[test]
-fn a_line_the_agent_cannot_write_changes_nothing_in_the_program() {
-    let b = built(Toolchain::Clang19);
-    let dir = scratch("stderr-taking-nothing");
-    let args = ["fib", "10", ",", "words", "abc"];
-    let plain = command(&b.app_uninstrumented, &dir).args(args).output().expect("run");
+    // That line is written on the program's thread, before `main`: a pipe
+    // nobody reads raises SIGPIPE there, whose default action ends the
+    // program, and a full disk takes nothing. Neither changes the program.
     for (how, stderr) in livecov_tests::output_taking_nothing() {
-        let preloaded = command(&b.app_uninstrumented, &dir)
-            .args(args)
-            .env("LD_PRELOAD", &shim().so)
-            .env("LIVECOV_DIR", dir.join("cov"))
-            .stderr(stderr)
-            .output()
-            .expect("run under LD_PRELOAD");
+        let preloaded = preload().stderr(stderr).output().expect("run under LD_PRELOAD");
         assert_eq!(preloaded.status.code(), plain.status.code(), "stderr {how}: {}", preloaded.status);
         assert_eq!(preloaded.stdout, plain.stdout, "stderr {how}");
     }

@@ -1128,7 +1128,7 @@ impl Engine {
         };
         // The functions a record updates from their counts: those with a
         // file not taken with every count zero.
-        let counted_functions: Vec<usize> = match zeroed.is_empty() {
+        let updating: Vec<usize> = match zeroed.is_empty() {
             true => changed_functions.clone(),
             false => {
                 let mapping = &self.mapping;
@@ -1137,7 +1137,7 @@ impl Engine {
                 changed_functions.iter().copied().filter(unzeroed).collect()
             }
         };
-        self.load(&counted_functions)?;
+        self.load(&updating)?;
         let last = &mut self.last;
         // The files with a record in parts that changed functions touch,
         // and which: (file, function) pairs; the parked records they touch
@@ -1187,7 +1187,7 @@ impl Engine {
         // The records' last texts are then theirs alone: each is freed as
         // its next is made, and its memory serves the next record's.
         self.last.report = Chunks::default();
-        let tallies = Tallies::count(&self.mapping, &MergedCounts(&self.last), &counted_functions, |i| self.decoded.body(i));
+        let tallies = Tallies::count(&self.mapping, &MergedCounts(&self.last), &updating, |i| self.decoded.body(i));
         // The largest records first: each new text then fits in the memory
         // of the last text of the record before it, freed as that one was
         // replaced, and not in pages mapped and zeroed afresh (on redis
