@@ -6,13 +6,9 @@
 //! - one thread of its own (`livecov-agent`) running a current-thread tokio
 //!   runtime; the [`Service`] calls, which may be slow or take locks, run on
 //!   tokio's blocking pool (at most [`MAX_BLOCKING_THREADS`] threads), never
-//!   on the runtime thread and never on a host thread. Even a warm dump,
-//!   which the runtime thread would answer sooner (two thread wakeups
-//!   fewer: mini-redis under load on 2 CPUs, p50 1.25-1.29 ms against
-//!   1.39-1.62): the engine's state would then be split over two malloc
-//!   arenas, the first dump's blocks in the pool thread's and the next
-//!   ones' in the runtime thread's (redis: 1.5-1.9 MiB more resident), and
-//!   the server would answer nothing else while it computes;
+//!   on a host thread. The exception is an LCOV dump whose engine no other
+//!   thread holds: [`Service::coverage_at_once`] computes it on the runtime
+//!   thread, two thread wake-ups fewer (see there);
 //! - no panic crosses into the host: every [`Service`] call and every request
 //!   handler runs under `catch_unwind`, and a panic becomes a `500`. (With a
 //!   host built with `panic = "abort"` nothing can catch a panic; the server
