@@ -19,6 +19,13 @@
 #    with 0 and with 1,000 descriptors open (fixtures/native/fork_timing.c),
 #    without livecov and with LD_PRELOAD + LIVECOV_DIR; BENCH_NATIVE_FORKS
 #    forks each (default 100).
+# 5. A pre-fork master never dumped: nginx from Debian's source package
+#    (clang-19 coverage, tests/scripts/deps-nginx.sh; fixtures/nginx's
+#    configuration, two workers), 3 s after its start, without livecov and
+#    with LD_PRELOAD + LIVECOV_DIR: the master's anonymous resident memory
+#    (RssAnon) and the CPU time of its agent's threads (their schedstat),
+#    BENCH_NATIVE_MASTERS starts each (default 3), median. Its agent makes
+#    no records for children that never reported (docs/agent.md).
 #
 # Run from anywhere, or at the end of `make bench`; not part of CI.
 set -euo pipefail
@@ -27,6 +34,7 @@ cd "$(dirname "$0")/../.."
 root=$(pwd)
 runs=${BENCH_NATIVE_RUNS:-50}
 forks=${BENCH_NATIVE_FORKS:-100}
+masters=${BENCH_NATIVE_MASTERS:-3}
 source "$root/tests/scripts/bench-common.sh"
 for tool in clang-19; do
     command -v "$tool" >/dev/null || { echo "bench-native: $tool missing (run tests/scripts/install-deps.sh)" >&2; exit 1; }
@@ -97,6 +105,44 @@ for descriptors in 0 1000; do
     fork_runs "agent-$descriptors" "$descriptors" LD_PRELOAD="$lib/liblivecov.so" LIVECOV_DIR="$work/cov"
 done
 
+# master_runs LABEL [ENV=VALUE...]: nginx started $masters times; the
+# master's RssAnon (KiB) to $work/master-rss-LABEL, its agent threads' CPU
+# time (us) to $work/master-cpu-LABEL.
+"$root/tests/scripts/deps-nginx.sh"
+nginx="$root/target/nginx/current/src/objs/nginx"
+master_runs() {
+    local label=$1 site="$work/nginx" port pid cpu t
+    shift
+    : >"$work/master-rss-$label"; : >"$work/master-cpu-$label"
+    for _ in $(seq "$masters"); do
+        rm -rf "$site" "$work/nginx-cov"
+        mkdir -p "$site/logs" "$site/html"
+        chmod 755 "$site" "$site/html"
+        port=$(free_port)
+        # The workers drop root for nobody, as in the tests; not root, they
+        # run as the user (nginx needs no `user` line then).
+        sed -e "s|@DIR@|$site|g" -e "s|@GROUP@|$(id -gn nobody)|" -e "s|@PORT@|$port|" \
+            "$root/fixtures/nginx/nginx.conf" >"$site/nginx.conf"
+        [ "$(id -u)" -eq 0 ] || sed -i '/^user /d' "$site/nginx.conf"
+        "${clean_env[@]}" -u LD_PRELOAD "$@" LLVM_PROFILE_FILE=/dev/null \
+            "$nginx" -p "$site/" -c "$site/nginx.conf" -e "$site/logs/error.log" </dev/null >/dev/null 2>"$work/stderr" &
+        pid=$!
+        sleep 3
+        kill -0 "$pid" 2>/dev/null || { echo "bench-native: nginx ended ($label):" >&2; cat "$work/stderr" "$site/logs/error.log" >&2; exit 1; }
+        awk '/^RssAnon:/ { print $2 }' "/proc/$pid/status" >>"$work/master-rss-$label"
+        cpu=0
+        for t in /proc/"$pid"/task/*; do
+            case "$(cat "$t/comm" 2>/dev/null)" in livecov*) cpu=$((cpu + $(cut -d' ' -f1 "$t/schedstat"))) ;; esac
+        done
+        echo $((cpu / 1000)) >>"$work/master-cpu-$label"
+        kill -QUIT "$pid"
+        wait "$pid" || true
+    done
+}
+echo "bench-native: $masters starts of an nginx master of each"
+master_runs plain
+master_runs agent LD_PRELOAD="$lib/liblivecov.so" LIVECOV_DIR="$work/nginx-cov"
+
 # --- table -----------------------------------------------------------------------
 so_bytes=$(stat -c %s "$lib/liblivecov.so")
 a_bytes=$(stat -c %s "$lib/liblivecov.a")
@@ -141,5 +187,10 @@ for descriptors in 0 1000; do
         row "whole fork: $text, $descriptors open" "$work/fork-$label-$descriptors"
     done
 done
+echo
+printf "%-52s %8s %8s %8s %8s\n" "nginx master, never dumped, 3 s after start ($masters)" "min" "median" "p95" "max"
+row "RssAnon, KiB: no livecov" "$work/master-rss-plain"
+row "RssAnon, KiB: LD_PRELOAD + LIVECOV_DIR" "$work/master-rss-agent"
+row "agent threads' CPU, us: LD_PRELOAD + LIVECOV_DIR" "$work/master-cpu-agent"
 ctor_median=$(stats <"$work/ctor" | cut -d' ' -f2)
 awk -v m="$ctor_median" 'BEGIN { printf "constructor start: median %.0f us (goal: under 1000 us): %s\n", m, (m < 1000 ? "met" : "NOT met") }'

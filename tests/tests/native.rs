@@ -881,16 +881,16 @@ fn a_child_forked_after_dumps_reports_exactly_its_own_counts() {
 }
 
 /// The same for a parent never dumped: its agent makes its records once,
-/// in the background, after the program's first fork, and the children
-/// forked later take them (the first child, forked before, computes every
-/// file).
+/// in the background, at the program's first fork after one of its
+/// children reported, and the children forked later take them (the first
+/// two children, forked before, compute every file).
 #[test]
 fn a_child_forked_after_the_first_fork_of_a_parent_never_dumped_reports_exactly_its_own_counts() {
     child_forked_after(Before::AFork, false);
 }
 
 /// What the parent of [`child_forked_after`] does before the children it
-/// checks: two dumps, or a first fork and a second's wait.
+/// checks: two dumps, or two forks and a second's wait.
 #[derive(Clone, Copy)]
 enum Before {
     Dumps,
@@ -949,8 +949,10 @@ fn child_forked_after(before: Before, periodic: bool) {
         }
         Before::AFork => {
             assert_eq!(said("work 30\n"), "done");
+            // The first child reports at its exit: the second fork tells the
+            // parent's agent to make its records, which it does meanwhile.
             fork_and_check(&mut said, 0);
-            // The parent's agent makes its records meanwhile.
+            fork_and_check(&mut said, 0);
             std::thread::sleep(Duration::from_secs(1));
             assert_eq!(said("work 10\n"), "done");
         }

@@ -8,6 +8,7 @@
 //! the final report on a signal). It never panics into the program: every
 //! failure is a message on stderr or an error response.
 
+mod children;
 mod config;
 pub mod connection;
 pub mod descriptors;
@@ -74,8 +75,9 @@ pub struct Agent {
     /// a process that cannot create the file does not compute the mapping
     /// again at each report (see [`Agent::mapping_beside`]).
     mapping_tried: Mutex<Option<String>>,
-    /// Set at the program's first fork (see [`Agent::prepare_for_children`]).
-    forked: AtomicBool,
+    /// Set at the program's first fork after one of its children reported
+    /// (see [`Agent::prepare_for_children`]).
+    children_prepared: AtomicBool,
 }
 
 /// How long the engine is left without work before `Config::at_rest`:
@@ -96,7 +98,8 @@ const WORKED: u8 = 255;
 /// `_exit` (below 64, as signal numbers, but not one the agent handles).
 const EXITING: u8 = 61;
 /// The byte that tells the flush thread the program forked for the first
-/// time (see [`Agent::prepare_for_children`]): below 64 too, and taken
+/// time since one of its children reported (see
+/// [`Agent::prepare_for_children`]): below 64 too, and taken
 /// after `EXITING` (see `process::take_pending`).
 const FORKED: u8 = 62;
 
@@ -263,7 +266,7 @@ fn launch(config: Config, background: bool) -> Result<&'static Agent, String> {
         ready: (Mutex::new(false), std::sync::Condvar::new()),
         worked_at: AtomicU64::new(0),
         release_due: AtomicBool::new(false),
-        forked: AtomicBool::new(false),
+        children_prepared: AtomicBool::new(false),
         mapping_tried: Mutex::new(None),
     }));
     if AGENT
@@ -497,7 +500,11 @@ impl Agent {
 
     /// [`Self::report`] by `engine` (see [`Self::engine_to_answer`]).
     fn report_by(&self, mut engine: EngineAtWork<'_>, test_name: Option<&str>, reset: bool) -> crate::Result<server::Chunks> {
-        engine.lcov(&self.report_options(test_name), reset)
+        let report = engine.lcov(&self.report_options(test_name), reset);
+        if report.is_ok() {
+            children::note_report();
+        }
+        report
     }
 
     fn report_options<'a>(&'a self, test_name: Option<&'a str>) -> ReportOptions<'a> {
@@ -683,9 +690,10 @@ impl Agent {
         }
     }
 
-    /// After the program's first fork, on the flush thread (at its low
-    /// priority): what a forked child's final report starts from, made
-    /// once, when no report made it yet. A child takes the parent's engine
+    /// At the program's first fork after one of its children reported (see
+    /// `children`), on the flush thread (at its low priority): what a
+    /// forked child's final report starts from, made once, when no report
+    /// made it yet. A child takes the parent's engine
     /// as it is at the fork (see `after_fork_in_child`): with the records
     /// of a report, its own report takes the parent's code it never ran as
     /// it was with every count zero, and with the build mapping's id, its
@@ -960,16 +968,17 @@ fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
 extern "C" fn before_fork() {
     if current().is_some() {
         let _ = std::panic::catch_unwind(modules::refresh_counter_ranges);
+        children::share_before_fork();
     }
     descriptors::hold_for_fork();
 }
 
-/// After a fork, in the parent: the first one wakes the flush thread to
-/// prepare what the next children's reports start from.
+/// After a fork, in the parent: the first one after a child reported wakes
+/// the flush thread to prepare what the next children's reports start from.
 extern "C" fn after_fork_in_parent() {
     descriptors::release_after_fork();
     if let Some(agent) = current() {
-        if agent.files.is_some() && !agent.forked.swap(true, Ordering::AcqRel) {
+        if agent.files.is_some() && children::one_reported() && !agent.children_prepared.swap(true, Ordering::AcqRel) {
             process::wake_flush_thread(FORKED);
         }
     }
@@ -988,6 +997,7 @@ extern "C" fn at_exit() {
 unsafe extern "C" fn after_fork_in_child() {
     descriptors::close_connections_in_child();
     let Some(parent) = current() else { return };
+    children::in_child();
     // The parent's agent's descriptors are not this child's agent's.
     descriptors::forget_all();
     server::forget_prebuilt_in_child();
