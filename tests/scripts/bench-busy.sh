@@ -10,7 +10,11 @@
 #    while traffic runs, so that every dump has the server's background
 #    work and requests to catch up on (curl's time_total: the whole answer,
 #    1.8 MB of LCOV, included, and discarded: writing it to a file would
-#    add curl's own time); then as many with the traffic stopped
+#    add curl's own time); then, after the memory readings of 3 (100 dumps
+#    and 25 s of traffic: the traffic's every command ran, and the records
+#    of the files it reaches are kept in parts), as many again, the first
+#    ones having been the first to reach those files (each computed whole
+#    once); then as many with the traffic stopped
 #    (SIGSTOP) 10 ms before each dump and started again after it: the
 #    counters moved as much, but the dump has the CPUs to itself; then as
 #    many with the timers only (no traffic). p50 and p95 of each. Beside
@@ -212,6 +216,8 @@ done
 at_rss rss_100
 sleep 1.5
 at_rss rss_rest
+log "$dumps dumps under traffic again, once its files were all reached"
+timed_dumps "$work/t_later"
 # Whether a dump under traffic waits for the CPUs or works: the same
 # dumps with the load generator stopped for each (the counters still
 # moved since the last, and what the dump reads is as cold).
@@ -379,6 +385,8 @@ printf "%-62s %10s %10s\n" "what" "p50" "p95"
 printf "%-62s %10.2f %10.2f\n" "dump under traffic, ms ($dumps)" "$p50_busy" "$(p95 <"$work/t_busy")"
 printf "%-62s %10.2f %10.2f\n" "  to its first byte (the rest is the transfer), ms" "$(median <"$work/f_busy")" "$(p95 <"$work/f_busy")"
 printf "%-62s %10.2f %10.2f\n" "  the agent making the report (its Server-Timing), ms" "$(median <"$work/r_busy")" "$(p95 <"$work/r_busy")"
+printf "%-62s %10.2f %10.2f\n" "the same after 100 dumps and 25 s of traffic, ms ($dumps)" "$(median <"$work/t_later")" "$(p95 <"$work/t_later")"
+printf "%-62s %10.2f %10.2f\n" "  the agent making the report, ms" "$(median <"$work/t_later.report")" "$(p95 <"$work/t_later.report")"
 printf "%-62s %10.2f %10.2f\n" "its bytes from a trivial server, same traffic (floor), ms" "$(median <"$work/t_floor")" "$(p95 <"$work/t_floor")"
 printf "%-62s %10.2f %10.2f\n" "  to their first byte, ms" "$(median <"$work/f_floor")" "$(p95 <"$work/f_floor")"
 printf "%-62s %10.2f %10.2f\n" "dump under traffic stopped for it, ms ($dumps)" "$(median <"$work/t_paused")" "$(p95 <"$work/t_paused")"
@@ -393,6 +401,7 @@ printf "%-62s %10.2f %10s\n" "first dump (cold), ms" "$t_cold" "-"
 printf "%-62s %10.2f %10s\n" "first dump (cold) of the idle server, ms (median of $rounds starts)" "$(median <"$work/t_cold_idle")" "-"
 printf "%-62s %10.2f %10s\n" "llvm-profdata + llvm-cov on the same snapshot, ms" "$t_llvm" "-"
 awk -v l="$t_llvm" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic (p50; goal: at least 100x)", l / d, "-" }'
+awk -v l="$t_llvm" -v d="$(median <"$work/t_later")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump under traffic after 100 dumps (p50)", l / d, "-" }'
 awk -v l="$t_llvm" -v d="$(median <"$work/t_timers")" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump with the timers only (p50)", l / d, "-" }'
 printf "%-62s %10.2f %10s\n" "the peer under the same traffic, ms" "$t_llvm_busy" "-"
 awk -v l="$t_llvm_busy" -v d="$p50_busy" 'BEGIN { printf "%-62s %9.1fx %10s\n", "ratio: peer / dump, both under traffic (p50)", l / d, "-" }'
