@@ -67,3 +67,39 @@ pub fn one_reported() -> bool {
     // Safety: as in `note_report`, this process's own page.
     unsafe { word.as_ref() }.is_none_or(|word| word.load(Ordering::Relaxed) != 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forks a child that runs `then` and `_exit`s, and waits for it.
+    fn fork_and_wait(then: fn()) {
+        share_before_fork();
+        // Safety: the child calls only atomics and `_exit`, which are
+        // async-signal-safe, before it ends.
+        match unsafe { libc::fork() } {
+            0 => {
+                in_child();
+                then();
+                // Safety: ends the child without running the test harness.
+                unsafe { libc::_exit(0) }
+            }
+            child => {
+                assert!(child > 0, "fork: {}", std::io::Error::last_os_error());
+                let mut status = 0;
+                // Safety: waits for the child just forked.
+                assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_parent_learns_that_a_child_reported_and_only_that() {
+        assert!(PARENT.load(Ordering::Acquire).is_null(), "the test process is nobody's forked child");
+        fork_and_wait(|| {});
+        assert!(!one_reported(), "a child that ran another program (here: none) reported nothing");
+        fork_and_wait(note_report);
+        assert!(one_reported(), "the second child's report is seen by its parent");
+    }
+}
