@@ -54,8 +54,9 @@
 # 5. Forked children: BENCH_BUSY_FORKS (default 8) `BGSAVE`s of 100,000 keys,
 #    each child's time from its fork to its exit (read in /proc every
 #    0.2 ms): without the agent; with it, the server never dumped (its agent
-#    makes its records after the first fork: docs/agent.md); with it, a dump
-#    before each; and the server's anonymous memory once its agent rests.
+#    makes its records at the first fork after a child reported, the
+#    second: docs/agent.md); with it, a dump before each; and the server's
+#    anonymous memory once its agent rests.
 # BENCH_BUSY_REV=COMMIT measures that commit's liblivecov instead of the
 # checkout's (as bench-fleet.sh). Prints progress on stderr, the table on
 # stdout. Every loop is bounded; loopback only; not part of CI.

@@ -87,7 +87,8 @@ fn wake_bit(byte: u8) -> u64 {
 }
 
 /// The most urgent wake-up pending, taken: the end (0), then a signal,
-/// then the agent's own (an `_exit`'s, a first fork's, then work done).
+/// then the agent's own (an `_exit`'s, a fork's that asks for records for
+/// the children, then work done).
 fn take_pending() -> Option<i32> {
     let pending = WAKE_PENDING.load(Ordering::SeqCst);
     let byte = match pending {
