@@ -237,17 +237,6 @@ dump "$ssock" /coverage "$sdir/first.lcov" >"$sdir/t_first"   # the mapping is r
 
 # cpu_ticks PID: user + system CPU time of the process so far, in clock ticks.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-# run_ns PID [PREFIX]: time its threads (those whose name starts with
-# PREFIX) have run on a CPU so far, in ns (schedstat).
-run_ns() {
-    local t sum=0 ns
-    for t in /proc/"$1"/task/*; do
-        if [ -z "${2:-}" ] || [[ "$(cat "$t/comm" 2>/dev/null)" == "$2"* ]]; then
-            ns=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) && sum=$((sum + ns))
-        fi
-    done
-    echo "$sum"
-}
 # wrk_run SECS OUT [CPU_OUT]: prints requests/s; with CPU_OUT, appends the
 # service's CPU time per request (µs, the agent's threads included): a
 # figure that other work on the machine skews far less than requests/s.

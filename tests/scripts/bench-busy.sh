@@ -135,13 +135,7 @@ code_kib() {
 }
 # The CPU time (ns) of the agent's threads (named livecov-*) so far: on two
 # shared cores a dump under traffic waits for a CPU as long as it runs.
-agent_cpu_ns() {
-    local t total=0
-    for t in /proc/"$server_pid"/task/*; do
-        case "$(cat "$t/comm" 2>/dev/null)" in livecov*) total=$((total + $(cut -d' ' -f1 "$t/schedstat"))) ;; esac
-    done
-    echo "$total"
-}
+agent_cpu_ns() { run_ns "$server_pid" livecov; }
 # dump OUT [SOCKET]: one GET /coverage (of the agent), its time in ms on
 # stdout; with first_byte set, the time to its first byte appended there,
 # and with report set, the agent's own time to make the report.

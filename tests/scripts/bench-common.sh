@@ -63,6 +63,17 @@ service_copy() {
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 p95() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "nan"; exit } i = int(0.95 * NR); if (i < 0.95 * NR) i++; print v[i] }'; }
 now_ns() { date +%s%N; }
+# run_ns PID [PREFIX]: time its threads (those whose name starts with
+# PREFIX) have run on a CPU so far, in ns (schedstat).
+run_ns() {
+    local t sum=0 ns
+    for t in /proc/"$1"/task/*; do
+        if [ -z "${2:-}" ] || [[ "$(cat "$t/comm" 2>/dev/null)" == "$2"* ]]; then
+            ns=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) && sum=$((sum + ns))
+        fi
+    done
+    echo "$sum"
+}
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 # wait_for COUNT CMD...: polls CMD every 0.1 s, at most COUNT times.
 # free_port: a TCP port nothing on this machine listens on or uses, below

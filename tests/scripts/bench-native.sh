@@ -111,7 +111,7 @@ done
 "$root/tests/scripts/deps-nginx.sh"
 nginx="$root/target/nginx/current/src/objs/nginx"
 master_runs() {
-    local label=$1 site="$work/nginx" port pid cpu t
+    local label=$1 site="$work/nginx" port pid
     shift
     : >"$work/master-rss-$label"; : >"$work/master-cpu-$label"
     for _ in $(seq "$masters"); do
@@ -130,11 +130,7 @@ master_runs() {
         sleep 3
         kill -0 "$pid" 2>/dev/null || { echo "bench-native: nginx ended ($label):" >&2; cat "$work/stderr" "$site/logs/error.log" >&2; exit 1; }
         awk '/^RssAnon:/ { print $2 }' "/proc/$pid/status" >>"$work/master-rss-$label"
-        cpu=0
-        for t in /proc/"$pid"/task/*; do
-            case "$(cat "$t/comm" 2>/dev/null)" in livecov*) cpu=$((cpu + $(cut -d' ' -f1 "$t/schedstat"))) ;; esac
-        done
-        echo $((cpu / 1000)) >>"$work/master-cpu-$label"
+        echo $(($(run_ns "$pid" livecov) / 1000)) >>"$work/master-cpu-$label"
         kill -QUIT "$pid"
         wait "$pid" || true
     done

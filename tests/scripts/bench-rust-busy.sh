@@ -185,15 +185,7 @@ rss_kib() { awk '/^VmRSS:/ { r = $2 } /^RssAnon:/ { a = $2 } END { print r "/" a
 # agent_cpu_ns PID: the CPU time (ns) of its agent's threads (named livecov*)
 # so far: on two shared cores a dump under load waits for a CPU as long as
 # it runs.
-agent_cpu_ns() {
-    local t total=0 ns
-    for t in /proc/"$1"/task/*; do
-        case "$(cat "$t/comm" 2>/dev/null)" in
-            livecov*) ns=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) && total=$((total + ns)) ;;
-        esac
-    done
-    echo "$total"
-}
+agent_cpu_ns() { run_ns "$1" livecov; }
 # dump SOCKET OUT [QUERY]: one GET /coverage, its time in ms on stdout.
 dump() {
     local t
